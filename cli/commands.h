@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace shardplan {
+
+// Flags shared by every command that looks at a model on a cluster.
+struct JobParams {
+  std::string model;    // zoo name or file
+  std::string cluster;  // zoo name or file
+  std::optional<int64_t> nodes;
+  std::optional<int64_t> gpus;
+  std::string config_file;             // FsdpConfig JSON; empty = defaults
+  std::vector<std::string> overrides;  // --set key=value
+};
+
+struct ZooParams {
+  bool json = false;
+};
+
+struct DescribeParams {
+  JobParams job;
+  std::optional<int64_t> micro_batch;
+  std::optional<int64_t> seq_len;
+  std::string recompute;  // empty = from the config
+  bool json = false;
+};
+
+// Each command writes its result to `out` and returns the process exit code; bad input
+// throws InputError, which main() reports.
+int run_models(const ZooParams& params, std::ostream& out);
+int run_clusters(const ZooParams& params, std::ostream& out);
+int run_describe(const DescribeParams& params, std::ostream& out);
+int run_version(bool json, std::ostream& out);
+
+}  // namespace shardplan

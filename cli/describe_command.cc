@@ -1,0 +1,148 @@
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/text_format.h"
+#include "models/cluster_spec.h"
+#include "models/model_summary.h"
+#include "models/zoo.h"
+#include "planner/fsdp_config.h"
+#include "planner/memory_estimate.h"
+
+namespace shardplan {
+namespace {
+
+nlohmann::json summary_json(const ModelSummary& s) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerActivations& l : s.layers) {
+    layers.push_back({{"type", l.type},
+                      {"count", l.count},
+                      {"parameters", l.parameters},
+                      {"activation_bytes", {{"none", l.none_bytes},
+                                            {"selective", l.selective_bytes},
+                                            {"full", l.full_bytes},
+                                            {"full_peak", l.full_peak_bytes}}}});
+  }
+  return {{"total_parameters", s.total_parameters},
+          {"active_parameters", s.active_parameters},
+          {"parameters_by_kind", s.parameters_by_kind},
+          {"model_flops_per_token", s.model_flops_per_token},
+          {"executed_flops_per_token", s.executed_flops_per_token},
+          {"recompute_flops_per_token", {{"none", 0.0},
+                                         {"selective", s.recompute_flops_per_token_selective},
+                                         {"full", s.recompute_flops_per_token_full}}},
+          {"layers", layers},
+          {"other_activation_bytes", s.other_activation_bytes},
+          {"total_activation_bytes_none", s.total_activation_bytes_none}};
+}
+
+void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const FsdpConfig& c,
+                  std::ostream& out) {
+  out << fmt::format(
+      "\nMemory per GPU — {} GPUs of {} ({} node{}), {}, dp_shard {} × dp_outer {}, "
+      "recompute {}, micro_batch {} × seq_len {}:\n",
+      e.num_gpus, cluster.name, cluster.nodes(), cluster.nodes() == 1 ? "" : "s",
+      sharding_strategy_name(c.sharding_strategy), e.dp_shard, e.dp_outer,
+      recompute_name(c.recompute), c.micro_batch, c.seq_len);
+  std::vector<std::vector<std::string>> rows = {
+      {"model weights", format_bytes(e.model_weights), "persistent"},
+      {"main weights", format_bytes(e.main_weights), "persistent"},
+      {"main grads", format_bytes(e.main_grads), "persistent"},
+      {"optimizer states", format_bytes(e.optimizer_states), "persistent"},
+  };
+  if (e.double_buffers > 0) rows.push_back({"double buffers", format_bytes(e.double_buffers), "persistent"});
+  rows.push_back({"unsharded weights", format_bytes(e.unsharded_weights), "transient peak"});
+  rows.push_back({"unsharded grads", format_bytes(e.unsharded_grads), "transient peak"});
+  rows.push_back({"activations", format_bytes(e.activations), "one micro-batch"});
+  rows.push_back({"non-tensor", format_bytes(e.non_tensor), "CUDA context, NCCL, cuBLAS"});
+  rows.push_back({"total", format_bytes(e.total), ""});
+  rows.push_back({"capacity", format_bytes(e.capacity), cluster.gpu.name});
+  out << render_table({"term", "bytes", "note"}, rows, {1});
+  if (e.fits) {
+    out << fmt::format("fits: {} headroom\n", format_bytes(e.headroom));
+  } else {
+    out << fmt::format("does not fit by {} (largest term: {})\n", format_bytes(-e.headroom),
+                       e.largest_term);
+  }
+  out << "(closed-form estimate: `shardplan plan` schedules the buffers exactly)\n";
+}
+
+}  // namespace
+
+int run_describe(const DescribeParams& p, std::ostream& out) {
+  const ModelSpec model = load_model(p.job.model);
+  const ClusterSpec cluster = load_cluster(p.job.cluster, p.job.nodes, p.job.gpus);
+  std::vector<std::string> overrides = p.job.overrides;
+  if (p.micro_batch) overrides.push_back(fmt::format("micro_batch={}", *p.micro_batch));
+  if (p.seq_len) overrides.push_back(fmt::format("seq_len={}", *p.seq_len));
+  if (!p.recompute.empty()) overrides.push_back("recompute=\"" + p.recompute + "\"");
+  const FsdpConfig config = load_fsdp_config(p.job.config_file, overrides);
+  const FsdpConfig resolved = resolve_fsdp_config(
+      config, model, cluster, p.job.config_file.empty() ? "config" : p.job.config_file);
+
+  const BatchShape shape{.micro_batch = resolved.micro_batch,
+                         .seq_len = resolved.seq_len,
+                         .activation_bytes = dtype_bytes(resolved.param_dtype)};
+  const ModelSummary summary = summarize_model(model, shape);
+  const MemoryEstimate memory = estimate_memory(model, cluster, resolved);
+
+  if (p.json) {
+    out << nlohmann::json{{"model", {{"name", model.name},
+                                     {"family", model.family},
+                                     {"source", model.source},
+                                     {"hidden_size", model.hidden_size},
+                                     {"num_layers", model.num_layers},
+                                     {"vocab_size", model.vocab_size}}},
+                          {"cluster", {{"name", cluster.name},
+                                       {"gpu", cluster.gpu.name},
+                                       {"nodes", cluster.nodes()},
+                                       {"num_gpus", cluster.num_gpus}}},
+                          {"config", fsdp_config_to_json(resolved)},
+                          {"summary", summary_json(summary)},
+                          {"memory", memory_estimate_to_json(memory)}}
+               .dump(2)
+        << "\n";
+    return 0;
+  }
+
+  out << fmt::format("{} ({}): {}\n", model.name, model.family, model.source);
+  out << fmt::format("\nParameters: {} total", format_count(static_cast<double>(summary.total_parameters)));
+  if (summary.active_parameters < static_cast<double>(summary.total_parameters)) {
+    out << fmt::format(", {} active per token", format_count(summary.active_parameters));
+  }
+  out << "\n";
+  std::vector<std::vector<std::string>> kind_rows;
+  for (const auto& [kind, count] : summary.parameters_by_kind) {
+    kind_rows.push_back({kind, format_count(static_cast<double>(count)),
+                         fmt::format("{:.1f} %", 100.0 * static_cast<double>(count) /
+                                                     static_cast<double>(summary.total_parameters))});
+  }
+  out << render_table({"kind", "parameters", "share"}, kind_rows, {1, 2});
+
+  out << fmt::format("\nTraining FLOPs per token at seq_len {}:\n", resolved.seq_len);
+  out << fmt::format("  model (PaLM convention, MFU):   {}FLOP\n", format_si(summary.model_flops_per_token));
+  out << fmt::format("  executed (causal, flash bwd):   {}FLOP\n", format_si(summary.executed_flops_per_token));
+  out << fmt::format("  + recompute selective / full:   {}FLOP / {}FLOP\n",
+                     format_si(summary.recompute_flops_per_token_selective),
+                     format_si(summary.recompute_flops_per_token_full));
+
+  out << fmt::format("\nActivations saved for backward, one micro-batch ({} × {} tokens, {}):\n",
+                     resolved.micro_batch, resolved.seq_len, dtype_name(resolved.param_dtype));
+  std::vector<std::vector<std::string>> layer_rows;
+  for (const LayerActivations& l : summary.layers) {
+    layer_rows.push_back({fmt::format("{} ×{}", l.type, l.count), format_count(static_cast<double>(l.parameters)),
+                          format_bytes(l.none_bytes), format_bytes(l.selective_bytes),
+                          format_bytes(l.full_bytes)});
+  }
+  layer_rows.push_back({"outside layers", "", format_bytes(summary.other_activation_bytes),
+                        format_bytes(summary.other_activation_bytes),
+                        format_bytes(summary.other_activation_bytes)});
+  out << render_table({"per layer", "params", "none", "selective", "full"}, layer_rows, {1, 2, 3, 4});
+  out << fmt::format("  whole model, recompute none: {}\n", format_bytes(summary.total_activation_bytes_none));
+
+  print_memory(memory, cluster, resolved, out);
+  return 0;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,77 @@
+// The `shardplan` command: parses flags (CLI11), calls one library entry point per
+// subcommand, and maps errors to exit codes (0 ok, 1 bad input, CLI11's codes for bad
+// flags).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "models/cluster_spec.h"
+#include "models/error.h"
+#include "models/zoo.h"
+
+namespace {
+
+void add_job_options(CLI::App& command, shardplan::JobParams& job) {
+  job.model = shardplan::kDefaultModel;
+  job.cluster = shardplan::kDefaultCluster;
+  command.add_option("--model", job.model, "zoo model name or model JSON file")
+      ->capture_default_str();
+  command.add_option("--cluster", job.cluster, "zoo cluster name or cluster JSON file")
+      ->capture_default_str();
+  command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--gpus", job.gpus, "GPUs in the job, instead of --nodes")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--config", job.config_file, "FSDP config JSON file")
+      ->check(CLI::ExistingFile);
+  command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardplan: plan, simulate and run FSDP training memory and communication"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("shardplan ") + SHARDPLAN_VERSION);
+
+  shardplan::ZooParams models_params;
+  auto* models = app.add_subcommand("models", "list the built-in models");
+  models->add_flag("--json", models_params.json, "machine-readable output");
+
+  shardplan::ZooParams clusters_params;
+  auto* clusters = app.add_subcommand("clusters", "list the built-in clusters");
+  clusters->add_flag("--json", clusters_params.json, "machine-readable output");
+
+  shardplan::DescribeParams describe_params;
+  auto* describe = app.add_subcommand(
+      "describe", "parameters, FLOPs and activations of a model, and its memory per GPU");
+  add_job_options(*describe, describe_params.job);
+  describe->add_option("--micro-batch", describe_params.micro_batch, "sequences per micro-batch")
+      ->check(CLI::PositiveNumber);
+  describe->add_option("--seq-len", describe_params.seq_len, "tokens per sequence")
+      ->check(CLI::PositiveNumber);
+  describe->add_option("--recompute", describe_params.recompute, "none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  describe->add_flag("--json", describe_params.json, "machine-readable output");
+
+  bool version_json = false;
+  auto* version = app.add_subcommand("version", "version and CUDA backend status");
+  version->add_flag("--json", version_json, "machine-readable output");
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (*models) return shardplan::run_models(models_params, std::cout);
+    if (*clusters) return shardplan::run_clusters(clusters_params, std::cout);
+    if (*describe) return shardplan::run_describe(describe_params, std::cout);
+    if (*version) return shardplan::run_version(version_json, std::cout);
+  } catch (const shardplan::InputError& error) {
+    std::cerr << "shardplan: error: " << error.what() << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << "shardplan: internal error: " << error.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,68 @@
+#include "cli/text_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace shardplan {
+
+std::string format_bytes(double bytes) {
+  const double magnitude = std::fabs(bytes);
+  constexpr double kKiB = 1024.0;
+  if (magnitude >= kKiB * kKiB * kKiB) return fmt::format("{:.2f} GiB", bytes / (kKiB * kKiB * kKiB));
+  if (magnitude >= kKiB * kKiB) return fmt::format("{:.1f} MiB", bytes / (kKiB * kKiB));
+  if (magnitude >= kKiB) return fmt::format("{:.1f} KiB", bytes / kKiB);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string format_count(double count) {
+  const double magnitude = std::fabs(count);
+  if (magnitude >= 1e12) return fmt::format("{:.2f} T", count / 1e12);
+  if (magnitude >= 1e9) return fmt::format("{:.2f} B", count / 1e9);
+  if (magnitude >= 1e6) return fmt::format("{:.1f} M", count / 1e6);
+  if (magnitude >= 1e3) return fmt::format("{:.1f} K", count / 1e3);
+  return fmt::format("{:.0f}", count);
+}
+
+std::string format_si(double value) {
+  const double magnitude = std::fabs(value);
+  if (magnitude >= 1e15) return fmt::format("{:.2f} P", value / 1e15);
+  if (magnitude >= 1e12) return fmt::format("{:.1f} T", value / 1e12);
+  if (magnitude >= 1e9) return fmt::format("{:.1f} G", value / 1e9);
+  if (magnitude >= 1e6) return fmt::format("{:.1f} M", value / 1e6);
+  if (magnitude >= 1e3) return fmt::format("{:.1f} K", value / 1e3);
+  return fmt::format("{:.0f}", value);
+}
+
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<std::size_t>& right_aligned) {
+  std::vector<std::size_t> widths(header.size(), 0);
+  auto widen = [&](const std::vector<std::string>& row) {
+    for (std::size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  };
+  widen(header);
+  for (const auto& row : rows) widen(row);
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string out;
+    for (std::size_t i = 0; i < widths.size(); ++i) {
+      const std::string cell = i < row.size() ? row[i] : "";
+      const bool right = std::find(right_aligned.begin(), right_aligned.end(), i) != right_aligned.end();
+      out += right ? fmt::format("{:>{}}", cell, widths[i]) : fmt::format("{:<{}}", cell, widths[i]);
+      if (i + 1 < widths.size()) out += "  ";
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out + "\n";
+  };
+  std::string out = line(header);
+  std::size_t total = 0;
+  for (std::size_t w : widths) total += w;
+  out += std::string(total + 2 * (widths.size() - 1), '-') + "\n";
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardplan {
+
+// "1.50 GiB", "512.0 MiB", "320 B"; negative values keep their sign.
+std::string format_bytes(double bytes);
+// "8.03 B", "70.6 M", "512 K" (decimal, as parameter counts are published).
+std::string format_count(double count);
+// "989.4 T", "1.98 P" FLOP-style decimal prefixes.
+std::string format_si(double value);
+
+// A plain text table: a header row, then rows; columns are padded to the widest cell.
+// Columns listed in `right_aligned` (0-based) are right-aligned (numbers).
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<std::size_t>& right_aligned = {});
+
+}  // namespace shardplan

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <string>
+
+namespace shardplan {
+
+// What the CUDA backend was built against and what this machine offers.
+struct CudaProbe {
+  bool compiled = false;      // built with SHARDPLAN_CUDA
+  int runtime_version = 0;    // CUDA runtime, e.g. 13000
+  int nccl_version = 0;       // e.g. 22805
+  int cublas_version = 0;     // major*10000 + minor*100 + patch
+  int device_count = 0;       // 0 when no device or no driver
+  std::string device_error;   // why there is no device, when there is none
+};
+
+CudaProbe probe_cuda();
+
+// Throws InputError("no CUDA device: ...") unless a CUDA device is usable; the CUDA
+// executor calls this before anything else.
+void require_cuda_device();
+
+}  // namespace shardplan

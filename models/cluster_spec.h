@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardplan {
+
+// One GPU. Peaks are dense (no structured sparsity); every value's source is in the
+// cluster file's "sources".
+struct GpuSpec {
+  std::string name;
+  int64_t hbm_bytes = 0;                          // device memory as CUDA reports its total
+  double hbm_bandwidth_bytes_per_s = 0;           // datasheet peak
+  double hbm_measured_bandwidth_bytes_per_s = 0;  // STREAM-like measurement
+  double bf16_dense_flops = 0;                    // FLOP/s
+  double fp8_dense_flops = 0;                     // FLOP/s; 0 without FP8 tensor cores
+  int64_t sm_count = 0;
+};
+
+// One tier of the network, per GPU and per direction.
+struct LinkSpec {
+  std::string name;
+  double bandwidth_bytes_per_s = 0;               // line rate
+  double measured_bus_bandwidth_bytes_per_s = 0;  // nccl-tests busbw on this tier
+  double latency_s = 0;                           // per hop
+};
+
+struct NcclSpec {
+  double base_latency_s = 0;  // fixed cost of launching a collective
+  int64_t collective_sms = 0; // SMs an NCCL collective kernel occupies
+  bool nvls = false;          // NVLink SHARP (in-switch reduction)
+  bool ib_sharp = false;      // InfiniBand SHARP
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+  int64_t gpus_per_node = 0;  // GPUs per NVLink domain
+  int64_t num_gpus = 0;       // GPUs in this job (set by --nodes or --gpus)
+  GpuSpec gpu;
+  LinkSpec intra_node;
+  LinkSpec inter_node;
+  NcclSpec nccl;
+  int64_t non_tensor_bytes = 0;  // CUDA context, NCCL and cuBLAS workspaces per GPU
+  std::map<std::string, std::string> sources;  // dotted field path -> citation
+
+  int64_t nodes() const { return (num_gpus + gpus_per_node - 1) / gpus_per_node; }
+  int64_t gpus_in_node() const { return num_gpus < gpus_per_node ? num_gpus : gpus_per_node; }
+};
+
+// The cluster used when a command is given none.
+inline constexpr const char* kDefaultCluster = "dgx-h100";
+
+std::vector<std::string> cluster_zoo_names();
+
+// Reads a cluster file; `label` names it in errors. num_gpus starts at one node.
+ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label);
+
+// A zoo name or a path to a cluster JSON file, sized by `nodes` or `gpus` (at most one;
+// neither means one node). A GPU count above one node must fill whole nodes.
+ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t> nodes,
+                         std::optional<int64_t> gpus);
+
+}  // namespace shardplan

@@ -1,0 +1,221 @@
+#include "models/explicit_model.h"
+
+#include <array>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "models/error.h"
+#include "models/suggest.h"
+
+namespace shardplan {
+namespace {
+
+constexpr std::array<std::pair<ComputeKind, std::string_view>, 5> kKinds = {{
+    {ComputeKind::none, "none"},
+    {ComputeKind::gemm, "gemm"},
+    {ComputeKind::attention, "attention"},
+    {ComputeKind::elementwise, "elementwise"},
+    {ComputeKind::embedding, "embedding"},
+}};
+
+std::string kind_name(ComputeKind kind) {
+  for (const auto& [k, name] : kKinds) {
+    if (k == kind) return std::string(name);
+  }
+  return "none";
+}
+
+ComputeKind parse_kind(const JsonReader& r) {
+  const std::string text = r.string_or("kind", "none");
+  std::vector<std::string> valid;
+  for (const auto& [k, name] : kKinds) {
+    if (name == text) return k;
+    valid.emplace_back(name);
+  }
+  r.fail("kind", unknown_name_message("compute kind", text, valid));
+}
+
+Footprint parse_footprint(const JsonReader& parent, std::string_view key) {
+  if (!parent.has(key)) return {};
+  const JsonReader r = parent.object(key);
+  r.expect_only({"elements", "fixed_bytes"});
+  return Footprint{.elements = r.has("elements") ? r.non_negative_number("elements") : 0.0,
+                   .fixed_bytes = r.has("fixed_bytes") ? r.non_negative_number("fixed_bytes") : 0.0};
+}
+
+nlohmann::json footprint_json(const Footprint& f) {
+  return {{"elements", f.elements}, {"fixed_bytes", f.fixed_bytes}};
+}
+
+ModuleCost parse_cost(const JsonReader& r) {
+  r.expect_only({"kind", "fwd_flops_per_token", "fwd_flops_per_token_ctx", "causal",
+                 "bwd_flops_factor", "fwd_io_elements_per_token", "saved_per_token",
+                 "saved_per_token_ctx", "selective_recompute", "selective_kept_per_token",
+                 "input_per_token", "token_fraction"});
+  ModuleCost c;
+  c.kind = parse_kind(r);
+  c.fwd_flops_per_token = r.has("fwd_flops_per_token") ? r.non_negative_number("fwd_flops_per_token") : 0;
+  c.fwd_flops_per_token_ctx =
+      r.has("fwd_flops_per_token_ctx") ? r.non_negative_number("fwd_flops_per_token_ctx") : 0;
+  c.causal = r.boolean_or("causal", false);
+  c.bwd_flops_factor = r.has("bwd_flops_factor") ? r.non_negative_number("bwd_flops_factor") : 2.0;
+  c.fwd_io_elements_per_token =
+      r.has("fwd_io_elements_per_token") ? r.non_negative_number("fwd_io_elements_per_token") : 0;
+  c.saved_per_token = parse_footprint(r, "saved_per_token");
+  c.saved_per_token_ctx = parse_footprint(r, "saved_per_token_ctx");
+  c.selective_recompute = r.boolean_or("selective_recompute", false);
+  c.selective_kept_per_token = parse_footprint(r, "selective_kept_per_token");
+  c.input_per_token = parse_footprint(r, "input_per_token");
+  c.token_fraction = r.number_or("token_fraction", 1.0);
+  if (!(c.token_fraction > 0 && c.token_fraction <= 1)) {
+    r.fail("token_fraction", fmt::format("must be in (0, 1], got {}", c.token_fraction));
+  }
+  return c;
+}
+
+// Defaults for the common leaf types, so a captured tree needs no hand-written costs.
+ModuleCost default_cost(const Module& m) {
+  ModuleCost c;
+  if (m.type == "Linear" && !m.parameters.empty() && m.parameters[0].shape.size() == 2) {
+    const double out = static_cast<double>(m.parameters[0].shape[0]);
+    const double in = static_cast<double>(m.parameters[0].shape[1]);
+    c.kind = ComputeKind::gemm;
+    c.fwd_flops_per_token = 2.0 * in * out;
+    c.fwd_io_elements_per_token = in + out;
+    c.saved_per_token.elements = in;
+    c.input_per_token.elements = in;
+  } else if (m.type == "Embedding") {
+    c.kind = ComputeKind::embedding;
+    c.saved_per_token.fixed_bytes = 8.0;
+    c.input_per_token.fixed_bytes = 8.0;
+  }
+  return c;
+}
+
+Parameter parse_parameter(const JsonReader& r) {
+  r.expect_only({"name", "shape", "dtype", "requires_grad"});
+  Parameter p;
+  p.name = r.string("name");
+  if (p.name.empty() || p.name.find('.') != std::string::npos) {
+    r.fail("name", "must be a non-empty local name without '.'");
+  }
+  p.shape = r.integers("shape");
+  for (std::size_t i = 0; i < p.shape.size(); ++i) {
+    if (p.shape[i] <= 0) {
+      r.fail("shape", fmt::format("dimension {} must be positive, got {}", i, p.shape[i]));
+    }
+  }
+  p.dtype = parse_dtype(r.string_or("dtype", "bf16"), r.file(), r.path_of("dtype"));
+  p.requires_grad = r.boolean_or("requires_grad", true);
+  return p;
+}
+
+Module parse_module(const JsonReader& r, const std::string& prefix, bool is_root) {
+  r.expect_only({"name", "type", "parameters", "cost", "children"});
+  Module m;
+  if (is_root) {
+    m.name = "";
+  } else {
+    const std::string local = r.string("name");
+    if (local.empty()) r.fail("name", "must not be empty");
+    m.name = prefix.empty() ? local : prefix + "." + local;
+  }
+  m.type = r.string_or("type", "Module");
+  if (r.has("parameters")) {
+    std::set<std::string> seen;
+    for (const JsonReader& p : r.objects("parameters")) {
+      m.parameters.push_back(parse_parameter(p));
+      if (!seen.insert(m.parameters.back().name).second) {
+        p.fail("name", fmt::format("duplicate parameter '{}'", m.parameters.back().name));
+      }
+    }
+  }
+  m.cost = r.has("cost") ? parse_cost(r.object("cost")) : default_cost(m);
+  if (r.has("children")) {
+    std::set<std::string> seen;
+    for (const JsonReader& c : r.objects("children")) {
+      m.children.push_back(parse_module(c, m.name, false));
+      if (!seen.insert(m.children.back().name).second) {
+        c.fail("name", fmt::format("duplicate module '{}'", m.children.back().name));
+      }
+    }
+  }
+  return m;
+}
+
+std::string local_name(const Module& m) {
+  const auto dot = m.name.rfind('.');
+  return dot == std::string::npos ? m.name : m.name.substr(dot + 1);
+}
+
+nlohmann::json module_json(const Module& m, bool is_root) {
+  nlohmann::json j;
+  if (!is_root) j["name"] = local_name(m);
+  j["type"] = m.type;
+  if (!m.parameters.empty()) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const Parameter& p : m.parameters) {
+      params.push_back({{"name", p.name},
+                        {"shape", p.shape},
+                        {"dtype", std::string(dtype_name(p.dtype))},
+                        {"requires_grad", p.requires_grad}});
+    }
+    j["parameters"] = std::move(params);
+  }
+  const ModuleCost& c = m.cost;
+  j["cost"] = {{"kind", kind_name(c.kind)},
+               {"fwd_flops_per_token", c.fwd_flops_per_token},
+               {"fwd_flops_per_token_ctx", c.fwd_flops_per_token_ctx},
+               {"causal", c.causal},
+               {"bwd_flops_factor", c.bwd_flops_factor},
+               {"fwd_io_elements_per_token", c.fwd_io_elements_per_token},
+               {"saved_per_token", footprint_json(c.saved_per_token)},
+               {"saved_per_token_ctx", footprint_json(c.saved_per_token_ctx)},
+               {"selective_recompute", c.selective_recompute},
+               {"selective_kept_per_token", footprint_json(c.selective_kept_per_token)},
+               {"input_per_token", footprint_json(c.input_per_token)},
+               {"token_fraction", c.token_fraction}};
+  if (!m.children.empty()) {
+    nlohmann::json children = nlohmann::json::array();
+    for (const Module& child : m.children) children.push_back(module_json(child, false));
+    j["children"] = std::move(children);
+  }
+  return j;
+}
+
+}  // namespace
+
+ModelSpec parse_explicit_model(const JsonReader& r) {
+  r.expect_only({"name", "family", "source", "notes", "default_unit_modules", "hidden_size",
+                 "num_layers", "vocab_size", "max_seq_len", "root"});
+  ModelSpec spec;
+  spec.name = r.string("name");
+  spec.family = "explicit";
+  spec.source = r.string_or("source", "");
+  if (r.has("default_unit_modules")) spec.default_unit_modules = r.strings("default_unit_modules");
+  spec.hidden_size = r.integer_or("hidden_size", 0);
+  spec.num_layers = r.integer_or("num_layers", 0);
+  spec.vocab_size = r.integer_or("vocab_size", 0);
+  spec.max_seq_len = r.integer_or("max_seq_len", 0);
+  spec.root = parse_module(r.object("root"), "", true);
+  if (parameter_count(spec.root) == 0) r.fail("root", "the model has no parameters");
+  return spec;
+}
+
+nlohmann::json model_to_explicit_json(const ModelSpec& spec) {
+  nlohmann::json j;
+  j["name"] = spec.name;
+  j["family"] = "explicit";
+  j["source"] = spec.source;
+  j["default_unit_modules"] = spec.default_unit_modules;
+  j["hidden_size"] = spec.hidden_size;
+  j["num_layers"] = spec.num_layers;
+  j["vocab_size"] = spec.vocab_size;
+  j["max_seq_len"] = spec.max_seq_len;
+  j["root"] = module_json(spec.root, true);
+  return j;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,199 @@
+#include "models/json_reader.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "models/error.h"
+#include "models/suggest.h"
+
+namespace shardplan {
+namespace {
+
+std::string type_name(const nlohmann::json& value) {
+  return std::string(value.type_name());
+}
+
+// Line and column (1-based) of a byte offset, for syntax errors.
+std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1;
+  std::size_t column = 1;
+  for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& label) {
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::parse_error& error) {
+    // nlohmann reports the byte just past the offending token.
+    const std::size_t byte = error.byte > 0 ? error.byte - 1 : 0;
+    const auto [line, column] = line_and_column(text, byte);
+    std::string reason = error.what();
+    if (const auto colon = reason.rfind(": "); colon != std::string::npos) {
+      reason = reason.substr(colon + 2);
+    }
+    throw InputError(label, "", fmt::format("invalid JSON at line {}, column {}: {}", line,
+                                            column, reason));
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_json_text(text.str(), path);
+}
+
+JsonReader::JsonReader(const nlohmann::json& value, std::string file, std::string path)
+    : value_(&value), file_(std::move(file)), path_(std::move(path)) {
+  if (!value.is_object()) {
+    throw InputError(file_, path_.empty() ? "/" : path_,
+                     "expected a JSON object, got " + type_name(value));
+  }
+}
+
+std::string JsonReader::path_of(std::string_view key) const {
+  return path_ + "/" + std::string(key);
+}
+
+void JsonReader::fail(std::string_view key, const std::string& reason) const {
+  throw InputError(file_, key.empty() ? path_ : path_of(key), reason);
+}
+
+bool JsonReader::has(std::string_view key) const {
+  return value_->contains(key) && !value_->at(std::string(key)).is_null();
+}
+
+const nlohmann::json& JsonReader::value(std::string_view key) const {
+  if (!has(key)) fail(key, "required field is missing");
+  return value_->at(std::string(key));
+}
+
+int64_t JsonReader::integer(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  fail(key, "expected an integer, got " + v.dump());
+}
+
+int64_t JsonReader::integer_or(std::string_view key, int64_t fallback) const {
+  return has(key) ? integer(key) : fallback;
+}
+
+int64_t JsonReader::positive_integer(std::string_view key) const {
+  const int64_t v = integer(key);
+  if (v <= 0) fail(key, fmt::format("must be positive, got {}", v));
+  return v;
+}
+
+int64_t JsonReader::positive_integer_or(std::string_view key, int64_t fallback) const {
+  return has(key) ? positive_integer(key) : fallback;
+}
+
+double JsonReader::number(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+  return v.get<double>();
+}
+
+double JsonReader::number_or(std::string_view key, double fallback) const {
+  return has(key) ? number(key) : fallback;
+}
+
+double JsonReader::non_negative_number(std::string_view key) const {
+  const double v = number(key);
+  if (!(v >= 0)) fail(key, fmt::format("must not be negative, got {}", v));
+  return v;
+}
+
+bool JsonReader::boolean(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+bool JsonReader::boolean_or(std::string_view key, bool fallback) const {
+  return has(key) ? boolean(key) : fallback;
+}
+
+std::string JsonReader::string(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::string JsonReader::string_or(std::string_view key, std::string fallback) const {
+  return has(key) ? string(key) : fallback;
+}
+
+std::vector<std::string> JsonReader::strings(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_array()) fail(key, "expected an array of strings, got " + v.dump());
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) {
+      throw InputError(file_, path_of(key) + "/" + std::to_string(i),
+                       "expected a string, got " + v[i].dump());
+    }
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+std::vector<int64_t> JsonReader::integers(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_array()) fail(key, "expected an array of integers, got " + v.dump());
+  std::vector<int64_t> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer()) {
+      throw InputError(file_, path_of(key) + "/" + std::to_string(i),
+                       "expected an integer, got " + v[i].dump());
+    }
+    out.push_back(v[i].get<int64_t>());
+  }
+  return out;
+}
+
+JsonReader JsonReader::object(std::string_view key) const {
+  return JsonReader(value(key), file_, path_of(key));
+}
+
+std::vector<JsonReader> JsonReader::objects(std::string_view key) const {
+  const nlohmann::json& v = value(key);
+  if (!v.is_array()) fail(key, "expected an array of objects, got " + type_name(v));
+  std::vector<JsonReader> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out.emplace_back(v[i], file_, path_of(key) + "/" + std::to_string(i));
+  }
+  return out;
+}
+
+void JsonReader::expect_only(std::initializer_list<std::string_view> known) const {
+  expect_only(std::vector<std::string>(known.begin(), known.end()));
+}
+
+void JsonReader::expect_only(const std::vector<std::string>& known) const {
+  for (const auto& [key, unused] : value_->items()) {
+    bool found = false;
+    for (const std::string& name : known) found = found || name == key;
+    if (!found) fail(key, unknown_name_message("field", key, known));
+  }
+}
+
+}  // namespace shardplan

@@ -1,0 +1,96 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/dtype.h"
+
+namespace shardplan {
+
+// One tensor a leaf module owns.
+struct Parameter {
+  std::string name;            // local name within its module, e.g. "weight"
+  std::vector<int64_t> shape;  // PyTorch layout, e.g. Linear weight [out, in]
+  DType dtype = DType::bf16;   // dtype the model is written in; FsdpConfig may override
+  bool requires_grad = true;
+
+  int64_t numel() const;
+};
+
+// What sort of work a module's forward does, so the simulator can apply a per-kind
+// efficiency (GEMM, attention, elementwise/norm).
+enum class ComputeKind { none, gemm, attention, elementwise, embedding };
+
+// Activation bytes split by what they scale with: `elements` are stored in the
+// activation dtype (bf16 in mixed precision), `fixed_bytes` do not change with it
+// (dropout masks: 1 byte; norm statistics and loss logits: fp32; token ids: int64).
+struct Footprint {
+  double elements = 0;
+  double fixed_bytes = 0;
+
+  double bytes(int64_t activation_bytes) const {
+    return elements * static_cast<double>(activation_bytes) + fixed_bytes;
+  }
+  Footprint& operator+=(const Footprint& other) {
+    elements += other.elements;
+    fixed_bytes += other.fixed_bytes;
+    return *this;
+  }
+};
+
+// Cost of one module's own work, per token of the micro-batch. Terms marked "ctx" scale
+// also with the sequence length (core attention), so they grow as b·s².
+struct ModuleCost {
+  ComputeKind kind = ComputeKind::none;
+  double fwd_flops_per_token = 0;      // matmuls: 2·m·n·k per token
+  double fwd_flops_per_token_ctx = 0;  // × seq_len; counted as if non-causal
+  bool causal = false;                 // causal masking: executed ctx FLOPs are halved
+  double bwd_flops_factor = 2.0;       // executed backward FLOPs ÷ forward FLOPs
+  double fwd_io_elements_per_token = 0;  // activation elements read + written (memory-bound work)
+  Footprint saved_per_token;           // saved for backward, recompute none
+  Footprint saved_per_token_ctx;       // × seq_len (attention probabilities without flash)
+  bool selective_recompute = false;    // re-run under recompute: selective
+  Footprint selective_kept_per_token;  // what stays saved when re-run selectively
+  Footprint input_per_token;           // activation entering the module (full recompute keeps it)
+  double token_fraction = 1.0;         // share of tokens this module sees (MoE expert: k/E)
+};
+
+// A node of the module tree. Names are fully qualified ("layers.3.self_attn.q_proj");
+// the root's name is empty.
+struct Module {
+  std::string name;
+  std::string type;  // class-like name: "Linear", "RMSNorm", "DecoderLayer", ...
+  std::vector<Parameter> parameters;
+  ModuleCost cost;
+  std::vector<Module> children;
+};
+
+struct ModelSpec {
+  std::string name;    // "llama3-8b"
+  std::string family;  // "transformer", "moe" or "explicit"
+  std::string source;  // where the architecture is published
+  Module root;
+  // Module-name patterns wrapped as FSDP units unless the config says otherwise
+  // (transformer families: every decoder layer).
+  std::vector<std::string> default_unit_modules;
+  // Headline dimensions for tables; 0 where the family has none (explicit models).
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;  // longest sequence the model accepts; 0 = no limit
+};
+
+// Visits every module, parents before children, in forward execution order.
+void for_each_module(const Module& root, const std::function<void(const Module&)>& visit);
+
+// Parameters owned by `module` and all its descendants.
+int64_t parameter_count(const Module& module);
+// Parameters weighted by the share of tokens that use them: the MoE "active" count.
+double active_parameter_count(const Module& module);
+
+// Finds a module by fully-qualified name; nullptr when absent.
+const Module* find_module(const Module& root, const std::string& name);
+
+}  // namespace shardplan

@@ -1,0 +1,106 @@
+#include "models/model_summary.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "models/module_pattern.h"
+
+namespace shardplan {
+namespace {
+
+// Module types that name a parameter category, nearest first.
+const std::map<std::string, std::string>& kind_of_type() {
+  static const std::map<std::string, std::string> kinds = {
+      {"Embedding", "embedding"},   {"Attention", "attention"},
+      {"MLP", "mlp"},               {"Expert", "experts"},
+      {"SharedExpert", "shared_experts"}, {"Router", "router"},
+      {"RMSNorm", "norm"},          {"LayerNorm", "norm"},
+  };
+  return kinds;
+}
+
+void walk_parameters(const Module& m, std::vector<const Module*>& path,
+                     std::map<std::string, int64_t>& out) {
+  path.push_back(&m);
+  int64_t own = 0;
+  for (const Parameter& p : m.parameters) own += p.numel();
+  if (own > 0) out[parameter_kind(path)] += own;
+  for (const Module& child : m.children) walk_parameters(child, path, out);
+  path.pop_back();
+}
+
+// Extra forward FLOPs the backward re-runs under each recompute mode.
+double recompute_forward_flops(const Module& layer, const BatchShape& shape, Recompute mode) {
+  if (mode == Recompute::full) return forward_flops(layer, shape);
+  if (mode == Recompute::none) return 0;
+  double total = 0;
+  for_each_module(layer, [&](const Module& m) {
+    if (m.cost.selective_recompute) {
+      Module alone = m;
+      alone.children.clear();
+      total += forward_flops(alone, shape);
+    }
+  });
+  return total;
+}
+
+}  // namespace
+
+std::string parameter_kind(const std::vector<const Module*>& path) {
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    if (auto found = kind_of_type().find((*it)->type); found != kind_of_type().end()) {
+      return found->second;
+    }
+  }
+  const Module* owner = path.back();
+  if (owner->name == "lm_head") return "output";
+  return owner->type.empty() ? "other" : owner->type;
+}
+
+ModelSummary summarize_model(const ModelSpec& spec, const BatchShape& shape) {
+  ModelSummary s;
+  s.total_parameters = parameter_count(spec.root);
+  s.active_parameters = active_parameter_count(spec.root);
+  std::vector<const Module*> path;
+  walk_parameters(spec.root, path, s.parameters_by_kind);
+
+  const double tokens = static_cast<double>(shape.tokens());
+  s.model_flops_per_token = model_training_flops(spec.root, shape) / tokens;
+  s.executed_flops_per_token =
+      (forward_flops(spec.root, shape) + backward_flops(spec.root, shape)) / tokens;
+
+  const std::vector<const Module*> layers = match_modules(spec.root, spec.default_unit_modules);
+  std::set<const Module*> in_layer(layers.begin(), layers.end());
+  double layer_none_total = 0;
+  for (const Module* layer : layers) {
+    const double none = saved_activation_bytes(*layer, shape, Recompute::none);
+    layer_none_total += none;
+    s.recompute_flops_per_token_selective +=
+        recompute_forward_flops(*layer, shape, Recompute::selective) / tokens;
+    s.recompute_flops_per_token_full +=
+        recompute_forward_flops(*layer, shape, Recompute::full) / tokens;
+    auto same = std::find_if(s.layers.begin(), s.layers.end(), [&](const LayerActivations& l) {
+      return l.type == layer->type;
+    });
+    if (same != s.layers.end()) {
+      ++same->count;
+      continue;
+    }
+    s.layers.push_back(LayerActivations{
+        .type = layer->type,
+        .count = 1,
+        .parameters = parameter_count(*layer),
+        .none_bytes = none,
+        .selective_bytes = saved_activation_bytes(*layer, shape, Recompute::selective),
+        .full_bytes = saved_activation_bytes(*layer, shape, Recompute::full),
+        .full_peak_bytes = none,
+    });
+  }
+  const double all = saved_activation_bytes(spec.root, shape, Recompute::none);
+  s.other_activation_bytes = all - layer_none_total;
+  s.total_activation_bytes_none = all;
+  return s;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,92 @@
+#include "models/module_cost.h"
+
+#include <array>
+#include <vector>
+
+#include "models/error.h"
+#include "models/suggest.h"
+
+namespace shardplan {
+namespace {
+
+// A module's effective token share: its own when it states one, else its parent's.
+double share(const Module& module, double parent_share) {
+  return module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_share;
+}
+
+template <typename PerModule>
+double sum_tree(const Module& module, double parent_share, const PerModule& per_module) {
+  const double s = share(module, parent_share);
+  double total = per_module(module, s);
+  for (const Module& child : module.children) total += sum_tree(child, s, per_module);
+  return total;
+}
+
+double tokens_of(const BatchShape& shape) { return static_cast<double>(shape.tokens()); }
+
+double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_discount) {
+  const double ctx_factor = (causal_discount && m.cost.causal) ? 0.5 : 1.0;
+  return m.cost.fwd_flops_per_token +
+         m.cost.fwd_flops_per_token_ctx * static_cast<double>(shape.seq_len) * ctx_factor;
+}
+
+}  // namespace
+
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view text, const std::string& file,
+                          const std::string& field) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    if (recompute_name(r) == text) return r;
+  }
+  const std::vector<std::string> valid = {"none", "selective", "full"};
+  throw InputError(file, field, unknown_name_message("recompute mode", text, valid));
+}
+
+double forward_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return own_forward_flops(m, shape, true) * tokens_of(shape) * s;
+  });
+}
+
+double backward_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return own_forward_flops(m, shape, true) * m.cost.bwd_flops_factor * tokens_of(shape) * s;
+  });
+}
+
+double model_training_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return 3.0 * own_forward_flops(m, shape, false) * tokens_of(shape) * s;
+  });
+}
+
+double saved_activation_bytes(const Module& module, const BatchShape& shape,
+                              Recompute recompute) {
+  const double tokens = tokens_of(shape);
+  if (recompute == Recompute::full) {
+    return module.cost.input_per_token.bytes(shape.activation_bytes) * tokens *
+           module.cost.token_fraction;
+  }
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    if (recompute == Recompute::selective && m.cost.selective_recompute) {
+      return m.cost.selective_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
+    }
+    return (m.cost.saved_per_token.bytes(shape.activation_bytes) +
+            m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
+                static_cast<double>(shape.seq_len)) *
+           tokens * s;
+  });
+}
+
+}  // namespace shardplan

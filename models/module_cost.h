@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "models/model_spec.h"
+
+namespace shardplan {
+
+// Activation recomputation (Korthikanti et al. 2022): none; selective re-runs the core
+// attention in backward; full keeps only each checkpointed module's input.
+enum class Recompute { none, selective, full };
+
+std::string_view recompute_name(Recompute recompute);
+Recompute parse_recompute(std::string_view text, const std::string& file,
+                          const std::string& field);
+
+// The shape of one micro-batch.
+struct BatchShape {
+  int64_t micro_batch = 1;       // sequences
+  int64_t seq_len = 2048;        // tokens per sequence
+  int64_t activation_bytes = 2;  // bytes per activation element (bf16)
+
+  int64_t tokens() const { return micro_batch * seq_len; }
+};
+
+// FLOPs the forward of `module` (and its subtree) executes on one micro-batch; causal
+// attention counts half of its score and value matmuls, as flash attention skips them.
+double forward_flops(const Module& module, const BatchShape& shape);
+// FLOPs the backward executes (per-module factor: 2× for matmuls, 2.5× for flash attention).
+double backward_flops(const Module& module, const BatchShape& shape);
+// Model FLOPs of one training pass in the PaLM/Megatron convention used for MFU: 3× the
+// forward, no causal discount, no recompute (PaLM, Chowdhery et al. 2022, App. B).
+double model_training_flops(const Module& module, const BatchShape& shape);
+
+// Bytes of activations `module` keeps from its forward until its backward, for one
+// micro-batch. With Recompute::full the module is one checkpointed region and keeps only
+// its input; with selective, modules marked `selective_recompute` keep only their inputs.
+double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
+
+}  // namespace shardplan

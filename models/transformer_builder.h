@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/dtype.h"
+#include "models/json_reader.h"
+#include "models/model_spec.h"
+
+namespace shardplan {
+
+enum class MlpKind { swiglu, gelu };
+enum class NormKind { rmsnorm, layernorm };
+enum class PositionEmbedding { rope, learned };
+
+// A decoder-only transformer, dense or mixture-of-experts. Field names follow the JSON
+// form in docs/formats.md; a value of 0 means "derive it" where noted.
+struct TransformerArch {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // GQA groups; 0 = num_heads (multi-head attention)
+  int64_t head_dim = 0;      // 0 = hidden_size / num_heads
+  int64_t ffn_hidden_size = 0;
+  MlpKind mlp = MlpKind::swiglu;
+  NormKind norm = NormKind::rmsnorm;
+  bool tie_embeddings = false;
+  bool bias = false;      // biases on every linear layer and on layernorm
+  bool qkv_bias = false;  // biases on q/k/v only (Qwen-style); implied by `bias`
+  PositionEmbedding position_embedding = PositionEmbedding::rope;
+  int64_t max_position_embeddings = 0;  // learned position table rows
+  bool dropout = false;                 // dropout layers present (GPT-3); masks are saved
+  bool flash_attention = true;          // no s² attention probabilities are saved
+  bool causal = true;
+  DType dtype = DType::bf16;
+  // Mixture of experts (family "moe"); num_experts = 0 for a dense model.
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t moe_ffn_hidden_size = 0;
+  int64_t num_shared_experts = 0;
+  std::vector<bool> moe_layers;  // per layer: is its MLP a mixture of experts
+};
+
+// Reads and checks the family fields of a "transformer" or "moe" model file (sizes,
+// divisibility, unknown keys); every error names the file and field.
+TransformerArch parse_transformer_arch(const JsonReader& reader, bool moe);
+
+// Builds the module tree (HF-style names: embed_tokens, layers.N.self_attn.q_proj, ...,
+// norm, lm_head, loss) with per-module FLOPs and saved activations; docs/model.md derives
+// every term.
+ModelSpec build_transformer(const TransformerArch& arch, std::string name, std::string source);
+
+}  // namespace shardplan

@@ -1,0 +1,54 @@
+#include "models/zoo.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "models/embedded_files.h"
+#include "models/error.h"
+#include "models/explicit_model.h"
+#include "models/json_reader.h"
+#include "models/suggest.h"
+#include "models/transformer_builder.h"
+
+namespace shardplan {
+
+std::vector<std::string> model_zoo_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedFile& f : model_zoo_files()) names.emplace_back(f.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelSpec model_from_json(const nlohmann::json& json, const std::string& label) {
+  const JsonReader reader(json, label);
+  const std::string family = reader.string("family");
+  if (family == "transformer" || family == "moe") {
+    const bool moe = family == "moe";
+    const TransformerArch arch = parse_transformer_arch(reader, moe);
+    return build_transformer(arch, reader.string("name"), reader.string_or("source", ""));
+  }
+  if (family == "explicit") return parse_explicit_model(reader);
+  const std::vector<std::string> valid = {"transformer", "moe", "explicit"};
+  reader.fail("family", unknown_name_message("model family", family, valid));
+}
+
+ModelSpec load_model(const std::string& name_or_file) {
+  for (const EmbeddedFile& f : model_zoo_files()) {
+    if (f.name == name_or_file) {
+      const std::string label = fmt::format("models/zoo/{}.json", f.name);
+      return model_from_json(parse_json_text(f.text, label), label);
+    }
+  }
+  const bool looks_like_path = name_or_file.find('/') != std::string::npos ||
+                               name_or_file.ends_with(".json");
+  if (looks_like_path || std::filesystem::exists(name_or_file)) {
+    return model_from_json(read_json_file(name_or_file), name_or_file);
+  }
+  throw InputError("", "--model",
+                   unknown_name_message("model", name_or_file, model_zoo_names()) +
+                       "; or give a path to a model JSON file");
+}
+
+}  // namespace shardplan

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/cluster_spec.h"
+#include "models/dtype.h"
+#include "models/model_spec.h"
+#include "models/module_cost.h"
+
+namespace shardplan {
+
+// ZeRO stages as Megatron-FSDP names them (zero_dp_strategy 0..3).
+enum class ShardingStrategy { no_shard, optim, optim_grads, optim_grads_params };
+// HSDP: what is sharded across the outer (replica) dimension.
+enum class OuterStrategy { no_shard, optim };
+enum class Fp8Recipe { delayed, mxfp8 };
+// pool: one traced static pool; caching: PyTorch's CUDA caching allocator.
+enum class Allocator { pool, caching };
+enum class Optimizer { adam, sgd };
+
+// Every knob of one FSDP run. Defaults follow Megatron-FSDP's `fully_shard` (seeds/002
+// README): ZeRO-3, prefetch 1, async reduce, at most two live gradient buffers, bf16
+// parameters with fp32 main weights (preserve_fp32_weights=True), main grads and their
+// reduction in the parameter dtype (grad_reduce_in_fp32=False), Adam.
+struct FsdpConfig {
+  ShardingStrategy sharding_strategy = ShardingStrategy::optim_grads_params;
+  int64_t dp_shard = 0;  // ranks a unit is sharded over; 0 = GPUs / dp_outer
+  int64_t dp_outer = 1;  // HSDP replica groups
+  OuterStrategy outer_strategy = OuterStrategy::no_shard;
+  std::vector<std::string> unit_modules;  // module-name patterns; empty = the model's own
+  std::optional<int64_t> bucket_bytes;    // split larger parameter groups; none = never
+  int64_t forward_prefetch = 1;           // all-gathers issued ahead in forward
+  int64_t backward_prefetch = 1;          // ... and in backward
+  bool async_reduce = true;               // reduce-scatters on their own stream
+  int64_t max_live_grad_buffers = 2;      // sliding drain of unreduced gradients
+  Recompute recompute = Recompute::none;
+  int64_t micro_batch = 1;  // sequences per micro-batch
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t seq_len = 8192;   // tokens per sequence
+  DType param_dtype = DType::bf16;
+  DType main_param_dtype = DType::fp32;
+  DType main_grad_dtype = DType::bf16;
+  DType grad_reduce_dtype = DType::bf16;
+  bool fp8_param_gather = false;  // all-gather FP8 weights (1 byte per element)
+  Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
+  bool fine_grained_param_gather = false;  // per-module all-gathers inside a unit
+  bool keep_fp8_transpose_cache = false;
+  bool double_buffer = false;  // two persistent unsharded buffers, sized for the largest unit
+  Allocator allocator = Allocator::caching;
+  Optimizer optimizer = Optimizer::adam;
+};
+
+std::string_view sharding_strategy_name(ShardingStrategy s);
+std::string_view outer_strategy_name(OuterStrategy s);
+std::string_view fp8_recipe_name(Fp8Recipe r);
+std::string_view allocator_name(Allocator a);
+std::string_view optimizer_name(Optimizer o);
+
+// The field names a config file may use, in documentation order.
+const std::vector<std::string>& fsdp_config_keys();
+
+// Reads a config object; unknown keys are rejected with the closest valid name, and
+// each field is range-checked. `label` names the file in errors.
+FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& label);
+nlohmann::json fsdp_config_to_json(const FsdpConfig& config);
+
+// Applies `key=value` overrides (the --set flag) to a config object before it is read.
+// The value is read as JSON when it parses (8, true, ["layers.*"]) and as a string
+// otherwise (full, bf16).
+void apply_overrides(nlohmann::json& config, const std::vector<std::string>& assignments);
+
+// Loads `file` (empty: the defaults), applies `overrides` and reads the result.
+FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// Checks the config against the job: dp_shard × dp_outer must equal the GPU count
+// (dp_shard 0 is derived first), strategy combinations Megatron-FSDP supports, FP8 on a
+// GPU that has it, the sequence length the model accepts. Returns the resolved config.
+FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
+                               const ClusterSpec& cluster, const std::string& label);
+
+}  // namespace shardplan

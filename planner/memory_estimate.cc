@@ -1,0 +1,151 @@
+#include "planner/memory_estimate.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "planner/fsdp_units.h"
+
+namespace shardplan {
+namespace {
+
+double ceil_div(int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b); }
+double bytes_of(DType dtype) { return static_cast<double>(dtype_bytes(dtype)); }
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
+                               const FsdpConfig& c) {
+  const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
+  const int64_t n = c.dp_shard;
+  const int64_t optimizer_ranks =
+      c.outer_strategy == OuterStrategy::optim ? c.dp_shard * c.dp_outer : c.dp_shard;
+  const bool shard_optimizer = c.sharding_strategy != ShardingStrategy::no_shard;
+  const bool shard_grads = c.sharding_strategy == ShardingStrategy::optim_grads ||
+                           c.sharding_strategy == ShardingStrategy::optim_grads_params;
+  const bool shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params;
+
+  // Each unit's flat buffer is padded to split evenly; ceil per unit stands in for the
+  // planner's exact alignment.
+  int64_t total = 0;
+  double per_rank = 0;       // Σ ceil(P_u / dp_shard)
+  double per_opt_rank = 0;   // Σ ceil(P_u / optimizer ranks)
+  int64_t largest_layer = 0;
+  int64_t layer_units = 0;
+  for (const FsdpUnit& u : units) {
+    total += u.parameters;
+    per_rank += ceil_div(u.parameters, n);
+    per_opt_rank += ceil_div(u.parameters, optimizer_ranks);
+    if (u.module != nullptr) {
+      largest_layer = std::max(largest_layer, u.parameters);
+      ++layer_units;
+    }
+  }
+  const int64_t root = units.front().parameters;
+
+  MemoryEstimate e;
+  e.num_gpus = cluster.num_gpus;
+  e.dp_shard = c.dp_shard;
+  e.dp_outer = c.dp_outer;
+  e.units = static_cast<int64_t>(units.size());
+  e.largest_unit_parameters = std::max(root, largest_layer);
+
+  // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies).
+  const double weight_bytes = c.fp8_param_gather
+                                  ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0)
+                                  : bytes_of(c.param_dtype);
+  const double gathered_bytes = c.fp8_param_gather ? 1.0 : bytes_of(c.param_dtype);
+  e.model_weights = weight_bytes * (shard_params ? per_rank : static_cast<double>(total));
+  if (c.keep_fp8_transpose_cache) e.model_weights += static_cast<double>(total);
+  // preserve_fp32_weights=False: no separate main copy.
+  if (c.main_param_dtype != c.param_dtype || c.fp8_param_gather) {
+    e.main_weights = bytes_of(c.main_param_dtype) *
+                     (shard_optimizer ? per_opt_rank : static_cast<double>(total));
+  }
+  e.main_grads = bytes_of(c.main_grad_dtype) * (shard_grads ? per_rank : static_cast<double>(total));
+  const double states = c.optimizer == Optimizer::adam ? 2.0 : 1.0;
+  e.optimizer_states = states * 4.0 * (shard_optimizer ? per_opt_rank : static_cast<double>(total));
+
+  // The root unit stays gathered across the step (its parameters open the forward and
+  // close the backward); up to 1 + prefetch layer units are gathered at once.
+  const int64_t prefetch = std::max(c.forward_prefetch, c.backward_prefetch);
+  const double live_layers = static_cast<double>(std::min<int64_t>(prefetch + 1, layer_units));
+  const double live_grads = static_cast<double>(
+      std::min<int64_t>(c.async_reduce ? c.max_live_grad_buffers : 1, layer_units));
+  const double grad_bytes = bytes_of(c.grad_reduce_dtype);
+  if (c.double_buffer) {
+    const double largest = static_cast<double>(e.largest_unit_parameters);
+    e.double_buffers = 2.0 * largest * ((shard_params ? gathered_bytes : 0.0) + grad_bytes);
+  } else {
+    if (shard_params) {
+      e.unsharded_weights =
+          gathered_bytes * (static_cast<double>(root) + live_layers * static_cast<double>(largest_layer));
+    }
+    if (shard_grads) {
+      e.unsharded_grads =
+          grad_bytes * (static_cast<double>(root) + live_grads * static_cast<double>(largest_layer));
+    }
+  }
+
+  const BatchShape shape{.micro_batch = c.micro_batch,
+                         .seq_len = c.seq_len,
+                         .activation_bytes = dtype_bytes(c.param_dtype)};
+  double in_units_none = 0;
+  double in_units_kept = 0;
+  double largest_recompute = 0;
+  for (const FsdpUnit& u : units) {
+    if (u.module == nullptr) continue;
+    const double none = saved_activation_bytes(*u.module, shape, Recompute::none);
+    in_units_none += none;
+    in_units_kept += saved_activation_bytes(*u.module, shape, c.recompute);
+    largest_recompute = std::max(largest_recompute, none);
+  }
+  const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;
+  e.activations = in_units_kept + outside;
+  // Full recompute re-creates one unit's activations inside its backward.
+  if (c.recompute == Recompute::full) e.activations += largest_recompute;
+
+  e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
+  const std::vector<std::pair<const char*, double>> terms = {
+      {"model weights", e.model_weights},       {"main weights", e.main_weights},
+      {"main grads", e.main_grads},             {"optimizer states", e.optimizer_states},
+      {"double buffers", e.double_buffers},     {"unsharded weights", e.unsharded_weights},
+      {"unsharded grads", e.unsharded_grads},   {"activations", e.activations},
+      {"non-tensor", e.non_tensor}};
+  double largest_term = -1;
+  for (const auto& [name, bytes] : terms) {
+    e.total += bytes;
+    if (bytes > largest_term) {
+      largest_term = bytes;
+      e.largest_term = name;
+    }
+  }
+  e.capacity = static_cast<double>(cluster.gpu.hbm_bytes);
+  e.headroom = e.capacity - e.total;
+  e.fits = e.headroom >= 0;
+  return e;
+}
+
+nlohmann::json memory_estimate_to_json(const MemoryEstimate& e) {
+  return {{"num_gpus", e.num_gpus},
+          {"dp_shard", e.dp_shard},
+          {"dp_outer", e.dp_outer},
+          {"units", e.units},
+          {"largest_unit_parameters", e.largest_unit_parameters},
+          {"model_weights_bytes", e.model_weights},
+          {"main_weights_bytes", e.main_weights},
+          {"main_grads_bytes", e.main_grads},
+          {"optimizer_states_bytes", e.optimizer_states},
+          {"double_buffers_bytes", e.double_buffers},
+          {"unsharded_weights_bytes", e.unsharded_weights},
+          {"unsharded_grads_bytes", e.unsharded_grads},
+          {"activations_bytes", e.activations},
+          {"non_tensor_bytes", e.non_tensor},
+          {"total_bytes", e.total},
+          {"capacity_bytes", e.capacity},
+          {"headroom_bytes", e.headroom},
+          {"fits", e.fits},
+          {"largest_term", e.largest_term}};
+}
+
+}  // namespace shardplan
