@@ -1,0 +1,178 @@
+// FLOPs and saved activations against closed forms worked out independently of the
+// builder: the PaLM/Megatron FLOPs convention and Korthikanti et al. (2022) Table 2.
+#include <gtest/gtest.h>
+
+#include "models/error.h"
+#include "models/module_cost.h"
+#include "models/transformer_builder.h"
+#include "models/zoo.h"
+
+namespace shardplan {
+namespace {
+
+struct Dense {
+  const char* name;
+  double vocab, hidden, layers, heads, kv_heads, ffn;
+  bool swiglu, tied, learned_positions, bias;
+};
+
+// Weights that take part in matmuls: N of the "6·N" convention. The input embedding is a
+// lookup (no FLOPs) unless tied to the head; norms and biases are excluded (they are
+// below 0.01 % of N).
+double matmul_parameters(const Dense& m) {
+  const double head_dim = m.hidden / m.heads;
+  const double kv = m.kv_heads * head_dim;
+  const double attention = m.hidden * (m.hidden + 2 * kv) + m.hidden * m.hidden;
+  const double mlp = (m.swiglu ? 3.0 : 2.0) * m.hidden * m.ffn;
+  return m.layers * (attention + mlp) + m.vocab * m.hidden;  // + output head
+}
+
+const Dense kDense[] = {
+    {"llama3-8b", 128256, 4096, 32, 32, 8, 14336, true, false, false, false},
+    {"llama3-70b", 128256, 8192, 80, 64, 8, 28672, true, false, false, false},
+    {"llama3.1-405b", 128256, 16384, 126, 128, 8, 53248, true, false, false, false},
+    {"gpt3-175b", 50257, 12288, 96, 96, 96, 49152, false, true, true, true},
+};
+
+TEST(Flops, ModelFlopsMatchPalmConventionWithinTwoPercent) {
+  for (const Dense& m : kDense) {
+    for (int64_t seq : {2048, 8192}) {
+      const ModelSpec model = load_model(m.name);
+      if (model.max_seq_len > 0 && seq > model.max_seq_len) continue;
+      const BatchShape shape{.micro_batch = 1, .seq_len = seq};
+      const double per_token = model_training_flops(model.root, shape) / static_cast<double>(seq);
+      // PaLM (Chowdhery et al. 2022, App. B): 6·N + 12·L·h·s, attention not halved.
+      const double palm = 6.0 * matmul_parameters(m) + 12.0 * m.layers * m.hidden * static_cast<double>(seq);
+      EXPECT_NEAR(per_token / palm, 1.0, 0.02) << m.name << " at seq_len " << seq;
+      // Our count is exact against the same terms (no norms/biases in matmuls).
+      EXPECT_NEAR(per_token / palm, 1.0, 1e-9) << m.name << " at seq_len " << seq;
+    }
+  }
+}
+
+TEST(Flops, ExecutedForwardHalvesCausalAttention) {
+  const Dense& m = kDense[0];
+  const ModelSpec model = load_model(m.name);
+  const BatchShape shape{.micro_batch = 2, .seq_len = 4096};
+  const double tokens = 2.0 * 4096;
+  // Forward: 2·N for the matmuls, and Q·Kᵀ + P·V = 4·h·s per token per layer, halved.
+  const double expected = tokens * (2.0 * matmul_parameters(m) + 2.0 * m.layers * m.hidden * 4096);
+  EXPECT_NEAR(forward_flops(model.root, shape) / expected, 1.0, 1e-12);
+  // Backward: 2× the matmuls, 2.5× flash attention's forward.
+  const double backward = tokens * (4.0 * matmul_parameters(m) + 2.5 * 2.0 * m.layers * m.hidden * 4096);
+  EXPECT_NEAR(backward_flops(model.root, shape) / backward, 1.0, 1e-12);
+}
+
+TEST(Flops, MoeCountsOnlyTheRoutedExperts) {
+  const ModelSpec model = load_model("mixtral-8x7b");
+  const BatchShape shape{.micro_batch = 1, .seq_len = 4096};
+  const double h = 4096, kv = 1024, f = 14336, layers = 32, vocab = 32000, experts = 8;
+  const double per_layer = h * (2 * h + 2 * kv) + h * experts + 2.0 * 3.0 * h * f;  // top-2
+  const double expected = 2.0 * (layers * per_layer + vocab * h) + layers * 2.0 * h * 4096;
+  EXPECT_NEAR(forward_flops(model.root, shape) / 4096.0 / expected, 1.0, 1e-12);
+}
+
+// A GPT layer as Korthikanti et al. describe it: LayerNorm, MHA, GELU MLP of 4h, dropout,
+// no flash attention, 2-byte activations.
+TransformerArch korthikanti_gpt(bool flash) {
+  TransformerArch a;
+  a.vocab_size = 51200;
+  a.hidden_size = 1024;
+  a.num_layers = 2;
+  a.num_heads = 16;
+  a.num_kv_heads = 16;
+  a.head_dim = 64;
+  a.ffn_hidden_size = 4096;
+  a.mlp = MlpKind::gelu;
+  a.norm = NormKind::layernorm;
+  a.bias = true;
+  a.dropout = true;
+  a.flash_attention = flash;
+  a.position_embedding = PositionEmbedding::learned;
+  a.max_position_embeddings = 2048;
+  return a;
+}
+
+TEST(Activations, GptLayerMatchesKorthikantiTable2) {
+  const ModelSpec model = build_transformer(korthikanti_gpt(false), "gpt", "test");
+  const Module* layer = find_module(model.root, "layers.0");
+  ASSERT_NE(layer, nullptr);
+  const double s = 2048, b = 2, h = 1024, a = 16;
+  const BatchShape shape{.micro_batch = 2, .seq_len = 2048, .activation_bytes = 2};
+  // sbh(34 + 5as/h), plus what the paper leaves out: the fp32 mean and rstd of the two
+  // LayerNorms (16 bytes per token).
+  const double paper = s * b * h * (34.0 + 5.0 * a * s / h);
+  const double stats = 16.0 * s * b;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::none), paper + stats);
+  // Selective recompute drops the 5as²b attention term (paper, Section 5).
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::selective),
+                   s * b * h * 34.0 + stats);
+  // Full recompute keeps the layer input: 2sbh.
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::full), 2.0 * s * b * h);
+}
+
+TEST(Activations, FlashAttentionRemovesTheQuadraticTerm) {
+  const ModelSpec model = build_transformer(korthikanti_gpt(true), "gpt", "test");
+  const Module* layer = find_module(model.root, "layers.0");
+  const double s = 2048, b = 1, h = 1024, a = 16;
+  const BatchShape shape{.micro_batch = 1, .seq_len = 2048};
+  // 34·sbh, the LayerNorm statistics, and flash's fp32 log-sum-exp per head and token.
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::none),
+                   s * b * h * 34.0 + 16.0 * s * b + 4.0 * a * s * b);
+}
+
+TEST(Activations, LlamaLayerTermByTerm) {
+  // docs/model.md: per token, bf16 elements 2h (norms) + h (qkv input) + q + 2kv (Q, K, V)
+  // + q (attention output) + h (MLP input) + 2F (SwiGLU gate and up) + F (down input);
+  // fp32: 4 (rstd) × 2 + 4·heads (log-sum-exp).
+  const double h = 4096, kv = 1024, f = 14336, heads = 32, s = 8192;
+  const double per_token = 2.0 * (2 * h + h + (h + 2 * kv) + h + h + 2 * f + f) + 8.0 + 4.0 * heads;
+  const ModelSpec model = load_model("llama3-8b");
+  const Module* layer = find_module(model.root, "layers.7");
+  ASSERT_NE(layer, nullptr);
+  const BatchShape shape{.micro_batch = 1, .seq_len = 8192};
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::none), per_token * s);
+  // The same as 2·(6h + 2kv + 3F) + small terms; close to 34·h for Llama 3 8B.
+  EXPECT_NEAR(per_token / h, 34.0, 0.1);
+}
+
+TEST(Activations, ScaleLinearlyWithMicroBatchAndDtype) {
+  const ModelSpec model = load_model("tiny");
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const double one = saved_activation_bytes(model.root, {.micro_batch = 1, .seq_len = 128}, r);
+    const double three = saved_activation_bytes(model.root, {.micro_batch = 3, .seq_len = 128}, r);
+    EXPECT_DOUBLE_EQ(three, 3.0 * one) << recompute_name(r);
+  }
+  const Module* layer = find_module(model.root, "layers.0");
+  const double bf16 = saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 2}, Recompute::none);
+  const double fp32 = saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 4}, Recompute::none);
+  EXPECT_GT(fp32, 1.9 * bf16);
+  EXPECT_LT(fp32, 2.0 * bf16) << "fp32 statistics do not double";
+}
+
+TEST(Activations, MoeExpertsSeeTheirShareOfTokens) {
+  const ModelSpec model = load_model("mixtral-8x7b");
+  const Module* experts_layer = find_module(model.root, "layers.0.mlp");
+  ASSERT_NE(experts_layer, nullptr);
+  const double h = 4096, f = 14336, s = 1024;
+  // Router: its input (bf16) and fp32 probabilities over 8 experts; 2 routed copies of
+  // the token, each saving 2F (SwiGLU) + F (down input) + h (expert output) in bf16 and
+  // its fp32 routing weight.
+  const double per_token = 2.0 * h + 4.0 * 8 + 2.0 * (2.0 * (h + 2 * f + f + h) + 4.0);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*experts_layer, {.seq_len = 1024}, Recompute::none),
+                   per_token * s);
+}
+
+TEST(Recompute, ParsesNamesAndRejectsOthers) {
+  EXPECT_EQ(parse_recompute("full", "f", "/recompute"), Recompute::full);
+  try {
+    parse_recompute("ful", "cfg.json", "/recompute");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute");
+    EXPECT_NE(e.reason().find("did you mean 'full'"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shardplan

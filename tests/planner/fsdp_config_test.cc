@@ -1,0 +1,219 @@
+#include <gtest/gtest.h>
+
+#include "models/error.h"
+#include "models/zoo.h"
+#include "planner/fsdp_config.h"
+
+namespace shardplan {
+namespace {
+
+using nlohmann::json;
+
+TEST(FsdpConfig, DefaultsFollowMegatronFsdp) {
+  const FsdpConfig c = fsdp_config_from_json(json::object(), "cfg");
+  EXPECT_EQ(c.sharding_strategy, ShardingStrategy::optim_grads_params);  // zero_dp_strategy=3
+  EXPECT_EQ(c.outer_strategy, OuterStrategy::no_shard);
+  EXPECT_EQ(c.forward_prefetch, 1);
+  EXPECT_EQ(c.backward_prefetch, 1);
+  EXPECT_TRUE(c.async_reduce);  // overlap_grad_reduce=True
+  EXPECT_EQ(c.max_live_grad_buffers, 2);
+  EXPECT_EQ(c.param_dtype, DType::bf16);
+  EXPECT_EQ(c.main_param_dtype, DType::fp32);   // preserve_fp32_weights=True
+  EXPECT_EQ(c.main_grad_dtype, DType::bf16);    // grad_reduce_in_fp32=False
+  EXPECT_EQ(c.grad_reduce_dtype, DType::bf16);
+  EXPECT_EQ(c.optimizer, Optimizer::adam);
+  EXPECT_EQ(c.allocator, Allocator::caching);
+  EXPECT_EQ(c.recompute, Recompute::none);
+  EXPECT_FALSE(c.bucket_bytes.has_value());
+  EXPECT_FALSE(c.fp8_param_gather);
+  EXPECT_FALSE(c.double_buffer);
+}
+
+TEST(FsdpConfig, GradDtypesFollowTheParamDtypeUnlessSet) {
+  const FsdpConfig fp16 = fsdp_config_from_json({{"param_dtype", "fp16"}}, "cfg");
+  EXPECT_EQ(fp16.main_grad_dtype, DType::fp16);
+  EXPECT_EQ(fp16.grad_reduce_dtype, DType::fp16);
+  const FsdpConfig fp32_grads = fsdp_config_from_json({{"main_grad_dtype", "fp32"}}, "cfg");
+  EXPECT_EQ(fp32_grads.grad_reduce_dtype, DType::fp32);
+}
+
+TEST(FsdpConfig, RoundTripsThroughJson) {
+  const json in = {{"sharding_strategy", "optim_grads_params"},
+                   {"dp_shard", 4},
+                   {"dp_outer", 2},
+                   {"outer_strategy", "optim"},
+                   {"unit_modules", {"layers.*"}},
+                   {"bucket_bytes", 1 << 20},
+                   {"forward_prefetch", 2},
+                   {"backward_prefetch", 0},
+                   {"async_reduce", false},
+                   {"max_live_grad_buffers", 3},
+                   {"recompute", "selective"},
+                   {"micro_batch", 2},
+                   {"grad_accum", 4},
+                   {"seq_len", 4096},
+                   {"param_dtype", "bf16"},
+                   {"main_param_dtype", "fp32"},
+                   {"main_grad_dtype", "fp32"},
+                   {"grad_reduce_dtype", "fp32"},
+                   {"fp8_param_gather", true},
+                   {"fp8_recipe", "mxfp8"},
+                   {"fine_grained_param_gather", true},
+                   {"keep_fp8_transpose_cache", true},
+                   {"double_buffer", true},
+                   {"allocator", "pool"},
+                   {"optimizer", "sgd"}};
+  const FsdpConfig c = fsdp_config_from_json(in, "cfg");
+  EXPECT_EQ(fsdp_config_to_json(c), in);
+  EXPECT_EQ(fsdp_config_to_json(fsdp_config_from_json(fsdp_config_to_json(c), "again")), in);
+}
+
+TEST(FsdpConfig, OverridesParseJsonOrFallBackToText) {
+  json config = {{"micro_batch", 1}};
+  apply_overrides(config, {"micro_batch=4", "recompute=full", "async_reduce=false",
+                           "unit_modules=[\"layers.*\"]"});
+  EXPECT_EQ(config["micro_batch"], 4);
+  EXPECT_EQ(config["recompute"], "full");
+  EXPECT_EQ(config["async_reduce"], false);
+  EXPECT_EQ(config["unit_modules"], json::array({"layers.*"}));
+}
+
+TEST(FsdpConfig, OverrideErrors) {
+  json config = json::object();
+  try {
+    apply_overrides(config, {"micro_bach=2"});
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), "--set");
+    EXPECT_NE(e.reason().find("did you mean 'micro_batch'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apply_overrides(config, {"micro_batch"}), InputError);
+  EXPECT_THROW(apply_overrides(config, {"=3"}), InputError);
+}
+
+struct BadConfig {
+  const char* name;
+  json config;
+  const char* field;   // JSON path the error must name
+  const char* reason;  // a fragment of the reason
+};
+
+class RejectsBadConfig : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(RejectsBadConfig, NamesTheField) {
+  const BadConfig& bad = GetParam();
+  try {
+    fsdp_config_from_json(bad.config, "cfg.json");
+    FAIL() << "accepted " << bad.config.dump();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), "cfg.json");
+    EXPECT_EQ(e.field(), bad.field) << e.what();
+    EXPECT_NE(e.reason().find(bad.reason), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FsdpConfig, RejectsBadConfig,
+    ::testing::Values(
+        BadConfig{"unknown_key", {{"sharding_strategie", "optim"}}, "/sharding_strategie",
+                  "did you mean 'sharding_strategy'"},
+        BadConfig{"bad_strategy", {{"sharding_strategy", "zero3"}}, "/sharding_strategy",
+                  "unknown sharding_strategy value"},
+        BadConfig{"zero_dp_shard", {{"dp_shard", 0}}, "/dp_shard", "must be positive"},
+        BadConfig{"negative_outer", {{"dp_outer", -2}}, "/dp_outer", "must be positive"},
+        BadConfig{"zero_micro_batch", {{"micro_batch", 0}}, "/micro_batch", "must be positive"},
+        BadConfig{"zero_grad_accum", {{"grad_accum", 0}}, "/grad_accum", "must be positive"},
+        BadConfig{"negative_seq", {{"seq_len", -1}}, "/seq_len", "must be positive"},
+        BadConfig{"zero_bucket", {{"bucket_bytes", 0}}, "/bucket_bytes", "must be positive"},
+        BadConfig{"negative_prefetch", {{"forward_prefetch", -1}}, "/forward_prefetch",
+                  "must not be negative"},
+        BadConfig{"zero_live_grads", {{"max_live_grad_buffers", 0}}, "/max_live_grad_buffers",
+                  "must be positive"},
+        BadConfig{"string_size", {{"micro_batch", "two"}}, "/micro_batch", "expected an integer"},
+        BadConfig{"fractional_size", {{"micro_batch", 1.5}}, "/micro_batch", "expected an integer"},
+        BadConfig{"bad_dtype", {{"param_dtype", "bf17"}}, "/param_dtype", "did you mean 'bf16'"},
+        BadConfig{"fp8_params", {{"param_dtype", "fp8"}}, "/param_dtype", "fp8_param_gather"},
+        BadConfig{"fp8_main_grads", {{"main_grad_dtype", "fp8"}}, "/main_grad_dtype",
+                  "fp32, bf16 or fp16"},
+        BadConfig{"bad_recompute", {{"recompute", "partial"}}, "/recompute", "unknown recompute"},
+        BadConfig{"fp8_without_zero3",
+                  {{"fp8_param_gather", true}, {"sharding_strategy", "optim_grads"}},
+                  "/fp8_param_gather", "optim_grads_params"},
+        BadConfig{"recipe_without_fp8", {{"fp8_recipe", "mxfp8"}}, "/fp8_recipe",
+                  "fp8_param_gather"},
+        BadConfig{"transpose_without_fp8", {{"keep_fp8_transpose_cache", true}},
+                  "/keep_fp8_transpose_cache", "fp8_param_gather"},
+        BadConfig{"fine_grained_without_zero3",
+                  {{"fine_grained_param_gather", true}, {"sharding_strategy", "optim"}},
+                  "/fine_grained_param_gather", "optim_grads_params"},
+        BadConfig{"outer_optim_without_zero3",
+                  {{"outer_strategy", "optim"}, {"dp_outer", 2}, {"sharding_strategy", "optim_grads"}},
+                  "/outer_strategy", "optim_grads_params"},
+        BadConfig{"outer_optim_without_outer", {{"outer_strategy", "optim"}}, "/outer_strategy",
+                  "dp_outer"},
+        BadConfig{"double_buffer_no_shard",
+                  {{"double_buffer", true}, {"sharding_strategy", "no_shard"}}, "/double_buffer",
+                  "optim_grads"},
+        BadConfig{"empty_units", {{"unit_modules", json::array()}}, "/unit_modules",
+                  "at least one"},
+        BadConfig{"bad_bool", {{"async_reduce", "yes"}}, "/async_reduce", "true or false"}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST(FsdpConfig, NotAnObject) {
+  EXPECT_THROW(fsdp_config_from_json(json::array(), "cfg"), InputError);
+}
+
+ClusterSpec h100_nodes(int64_t nodes) { return load_cluster("dgx-h100", nodes, std::nullopt); }
+
+TEST(ResolveConfig, DerivesDpShardFromTheGpuCount) {
+  const ModelSpec model = load_model("tiny");
+  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json({{"dp_outer", 2}}, "cfg"), model,
+                                           h100_nodes(4), "cfg");
+  EXPECT_EQ(c.dp_shard, 16);
+  EXPECT_EQ(c.dp_outer, 2);
+}
+
+TEST(ResolveConfig, ProductMustEqualTheGpuCount) {
+  const ModelSpec model = load_model("tiny");
+  try {
+    resolve_fsdp_config(fsdp_config_from_json({{"dp_shard", 3}}, "cfg"), model, h100_nodes(1), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/dp_shard");
+    EXPECT_NE(e.reason().find("must equal the GPU count 8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve_fsdp_config(fsdp_config_from_json({{"dp_outer", 3}}, "cfg"), model,
+                                   h100_nodes(1), "cfg"),
+               InputError);
+}
+
+TEST(ResolveConfig, Fp8NeedsFp8TensorCores) {
+  const ModelSpec model = load_model("tiny");
+  const FsdpConfig fp8 = fsdp_config_from_json({{"fp8_param_gather", true}}, "cfg");
+  EXPECT_NO_THROW(resolve_fsdp_config(fp8, model, h100_nodes(1), "cfg"));
+  try {
+    resolve_fsdp_config(fp8, model, load_cluster("dgx-a100", 1, std::nullopt), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/fp8_param_gather");
+    EXPECT_NE(e.reason().find("no FP8"), std::string::npos);
+  }
+}
+
+TEST(ResolveConfig, SequenceLongerThanLearnedPositions) {
+  const ModelSpec gpt3 = load_model("gpt3-175b");
+  const FsdpConfig defaults;
+  try {
+    resolve_fsdp_config(defaults, gpt3, h100_nodes(1), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/seq_len");
+    EXPECT_NE(e.reason().find("2048"), std::string::npos);
+  }
+  FsdpConfig short_seq;
+  short_seq.seq_len = 2048;
+  EXPECT_NO_THROW(resolve_fsdp_config(short_seq, gpt3, h100_nodes(1), "cfg"));
+}
+
+}  // namespace
+}  // namespace shardplan

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardplan::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs the built `shardplan` binary with `args` (no shell: each argument is passed as
+// is) and captures its output and exit code.
+CommandResult run_shardplan(const std::vector<std::string>& args);
+
+// Parses stdout as JSON; fails the current test if it does not parse.
+nlohmann::json stdout_json(const CommandResult& result);
+
+// Writes `text` to a fresh file under the test temp directory and returns its path.
+std::string write_temp_file(const std::string& name, const std::string& text);
+
+}  // namespace shardplan::testing
