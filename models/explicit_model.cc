@@ -145,14 +145,15 @@ Module parse_module(const JsonReader& r, const std::string& prefix, bool is_root
   return m;
 }
 
-std::string local_name(const Module& m) {
-  const auto dot = m.name.rfind('.');
-  return dot == std::string::npos ? m.name : m.name.substr(dot + 1);
+// A child's name relative to its parent; it may hold dots when the tree skips a level
+// (the transformer builder puts "layers.3" straight under the root).
+std::string local_name(const Module& m, const std::string& parent) {
+  return parent.empty() ? m.name : m.name.substr(parent.size() + 1);
 }
 
-nlohmann::json module_json(const Module& m, bool is_root) {
+nlohmann::json module_json(const Module& m, const std::string& parent, bool is_root) {
   nlohmann::json j;
-  if (!is_root) j["name"] = local_name(m);
+  if (!is_root) j["name"] = local_name(m, parent);
   j["type"] = m.type;
   if (!m.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();
@@ -179,7 +180,7 @@ nlohmann::json module_json(const Module& m, bool is_root) {
                {"token_fraction", c.token_fraction}};
   if (!m.children.empty()) {
     nlohmann::json children = nlohmann::json::array();
-    for (const Module& child : m.children) children.push_back(module_json(child, false));
+    for (const Module& child : m.children) children.push_back(module_json(child, m.name, false));
     j["children"] = std::move(children);
   }
   return j;
@@ -214,7 +215,7 @@ nlohmann::json model_to_explicit_json(const ModelSpec& spec) {
   j["num_layers"] = spec.num_layers;
   j["vocab_size"] = spec.vocab_size;
   j["max_seq_len"] = spec.max_seq_len;
-  j["root"] = module_json(spec.root, true);
+  j["root"] = module_json(spec.root, "", true);
   return j;
 }
 

@@ -3,11 +3,22 @@
 # Run as root. The CUDA toolkit (runtime, cuBLAS, NCCL, NVTX3) is expected at
 # /usr/local/cuda; without it the project still builds, with the CUDA backend off.
 set -euo pipefail
+packages=(
+  build-essential cmake ninja-build git ca-certificates pkg-config python3
+  libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y --no-install-recommends \
-  build-essential cmake ninja-build git ca-certificates pkg-config \
-  libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev \
-  libgtest-dev libgmock-dev libbenchmark-dev \
-  libopenmpi-dev openmpi-bin \
-  python3
+apt-get install -y --no-install-recommends "${missing[@]}"

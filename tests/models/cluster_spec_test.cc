@@ -1,0 +1,130 @@
+#include <gtest/gtest.h>
+
+#include "models/cluster_spec.h"
+#include "models/embedded_files.h"
+#include "models/error.h"
+#include "models/json_reader.h"
+
+namespace shardplan {
+namespace {
+
+// Every numeric and boolean leaf of a cluster file, as a dotted path.
+void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [key, value] : j.items()) {
+    if (key == "sources") continue;
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      leaves(value, path, out);
+    } else if (value.is_number() || value.is_boolean()) {
+      out.push_back(path);
+    }
+  }
+}
+
+TEST(ClusterZoo, EveryConstantNamesItsSource) {
+  ASSERT_EQ(cluster_zoo_names(),
+            (std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72", "h100-96gb"}));
+  for (const EmbeddedFile& f : cluster_zoo_files()) {
+    const nlohmann::json j = parse_json_text(f.text, std::string(f.origin));
+    std::vector<std::string> fields;
+    leaves(j, "", fields);
+    EXPECT_GE(fields.size(), 17u) << f.name;
+    for (const std::string& field : fields) {
+      ASSERT_TRUE(j["sources"].contains(field)) << f.name << ": no source for " << field;
+      EXPECT_GT(j["sources"][field].get<std::string>().size(), 30u) << f.name << " " << field;
+    }
+  }
+}
+
+TEST(ClusterZoo, DatasheetValues) {
+  const ClusterSpec h100 = load_cluster("dgx-h100", std::nullopt, std::nullopt);
+  EXPECT_EQ(h100.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(h100.gpu.bf16_dense_flops, 989.4e12);  // H100 SXM datasheet, dense
+  EXPECT_DOUBLE_EQ(h100.gpu.hbm_bandwidth_bytes_per_s, 3.35e12);
+  EXPECT_EQ(h100.gpu.sm_count, 132);
+  EXPECT_DOUBLE_EQ(h100.intra_node.bandwidth_bytes_per_s, 450e9);  // 18 NVLink4 × 25 GB/s
+  EXPECT_DOUBLE_EQ(h100.inter_node.bandwidth_bytes_per_s, 50e9);   // 400 Gb/s
+  // CUDA reports somewhat less than the marketed 80 GB (80·10⁹) ... but more than 79 GiB.
+  EXPECT_GT(h100.gpu.hbm_bytes, 79LL << 30);
+  EXPECT_LT(h100.gpu.hbm_bytes, 80LL << 30);
+  const ClusterSpec a100 = load_cluster("dgx-a100", std::nullopt, std::nullopt);
+  EXPECT_EQ(a100.gpu.fp8_dense_flops, 0) << "Ampere has no FP8 tensor cores";
+  EXPECT_FALSE(a100.nccl.nvls);
+  const ClusterSpec h200 = load_cluster("dgx-h200", std::nullopt, std::nullopt);
+  EXPECT_DOUBLE_EQ(h200.gpu.bf16_dense_flops, h100.gpu.bf16_dense_flops) << "same compute die";
+  EXPECT_GT(h200.gpu.hbm_bytes, 139LL << 30);
+  const ClusterSpec nvl72 = load_cluster("gb200-nvl72", std::nullopt, std::nullopt);
+  EXPECT_EQ(nvl72.gpus_per_node, 72) << "one NVLink domain";
+  for (const ClusterSpec* c : {&h100, &a100, &h200, &nvl72}) {
+    EXPECT_LT(c->gpu.hbm_measured_bandwidth_bytes_per_s, c->gpu.hbm_bandwidth_bytes_per_s) << c->name;
+    EXPECT_LT(c->intra_node.measured_bus_bandwidth_bytes_per_s, c->intra_node.bandwidth_bytes_per_s) << c->name;
+    EXPECT_LE(c->inter_node.measured_bus_bandwidth_bytes_per_s, c->inter_node.bandwidth_bytes_per_s) << c->name;
+  }
+}
+
+TEST(ClusterSize, NodesOrGpus) {
+  EXPECT_EQ(load_cluster("dgx-h100", 4, std::nullopt).num_gpus, 32);
+  const ClusterSpec four = load_cluster("dgx-h100", std::nullopt, 4);
+  EXPECT_EQ(four.num_gpus, 4);
+  EXPECT_EQ(four.nodes(), 1);
+  EXPECT_EQ(four.gpus_in_node(), 4);
+  const ClusterSpec sixteen = load_cluster("dgx-h100", std::nullopt, 16);
+  EXPECT_EQ(sixteen.nodes(), 2);
+  EXPECT_EQ(sixteen.gpus_in_node(), 8);
+  EXPECT_EQ(load_cluster("dgx-h100", std::nullopt, std::nullopt).num_gpus, 8);
+}
+
+TEST(ClusterSize, Errors) {
+  EXPECT_THROW(load_cluster("dgx-h100", 0, std::nullopt), InputError);
+  EXPECT_THROW(load_cluster("dgx-h100", std::nullopt, -8), InputError);
+  EXPECT_THROW(load_cluster("dgx-h100", 1, 8), InputError);
+  try {
+    load_cluster("dgx-h100", std::nullopt, 12);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "--gpus");
+    EXPECT_NE(e.reason().find("whole nodes"), std::string::npos);
+  }
+  try {
+    load_cluster("dgx-h10", std::nullopt, std::nullopt);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(e.reason().find("did you mean 'dgx-h100'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ClusterFile, BadFieldsNameTheirPath) {
+  const EmbeddedFile& f = cluster_zoo_files().front();
+  nlohmann::json good = parse_json_text(f.text, "x");
+  auto expect_error = [&](nlohmann::json j, const std::string& field, const std::string& reason) {
+    try {
+      cluster_from_json(j, "my-cluster.json");
+      ADD_FAILURE() << "accepted: " << field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.file(), "my-cluster.json");
+      EXPECT_EQ(e.field(), field) << e.what();
+      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json j = good;
+  j["gpu"].erase("hbm_bytes");
+  expect_error(j, "/gpu/hbm_bytes", "required field is missing");
+  j = good;
+  j["gpu"]["bf16_dense_flops"] = -1;
+  expect_error(j, "/gpu/bf16_dense_flops", "must be positive");
+  j = good;
+  j["intra_node"]["bandwith_bytes_per_s"] = 1;
+  expect_error(j, "/intra_node/bandwith_bytes_per_s", "did you mean 'bandwidth_bytes_per_s'");
+  j = good;
+  j["gpus_per_node"] = 0;
+  expect_error(j, "/gpus_per_node", "must be positive");
+  j = good;
+  j["non_tensor_bytes"] = j["gpu"]["hbm_bytes"];
+  expect_error(j, "/non_tensor_bytes", "below gpu.hbm_bytes");
+  j = good;
+  j["nccl"]["nvls"] = "yes";
+  expect_error(j, "/nccl/nvls", "true or false");
+}
+
+}  // namespace
+}  // namespace shardplan
