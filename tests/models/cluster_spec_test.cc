@@ -4,6 +4,7 @@
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "tests/expect_input_error.h"
 
 namespace shardplan {
 namespace {
@@ -96,15 +97,9 @@ TEST(ClusterSize, Errors) {
 TEST(ClusterFile, BadFieldsNameTheirPath) {
   const EmbeddedFile& f = cluster_zoo_files().front();
   nlohmann::json good = parse_json_text(f.text, "x");
-  auto expect_error = [&](nlohmann::json j, const std::string& field, const std::string& reason) {
-    try {
-      cluster_from_json(j, "my-cluster.json");
-      ADD_FAILURE() << "accepted: " << field;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.file(), "my-cluster.json");
-      EXPECT_EQ(e.field(), field) << e.what();
-      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
-    }
+  auto expect_error = [&](const nlohmann::json& j, const std::string& field, const std::string& reason) {
+    testing::expect_input_error([&] { cluster_from_json(j, "my-cluster.json"); }, field, reason,
+                                "my-cluster.json");
   };
   nlohmann::json j = good;
   j["gpu"].erase("hbm_bytes");

@@ -4,6 +4,7 @@
 #include "models/explicit_model.h"
 #include "models/model_summary.h"
 #include "models/zoo.h"
+#include "tests/expect_input_error.h"
 
 namespace shardplan {
 namespace {
@@ -55,91 +56,95 @@ TEST(ExplicitModel, LinearLeavesGetDefaultCosts) {
   EXPECT_EQ(s.layers[0].count, 2);
 }
 
-TEST(ExplicitModel, ErrorsNameTheJsonPath) {
-  auto expect_error = [](const nlohmann::json& j, const std::string& field, const std::string& reason) {
-    try {
-      model_from_json(j, "m.json");
-      ADD_FAILURE() << "accepted " << field;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.file(), "m.json");
-      EXPECT_EQ(e.field(), field) << e.what();
-      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
-    }
-  };
-  nlohmann::json j = two_linear_model();
-  j["root"]["children"][1]["children"][0]["parameters"][0]["shape"] = {16, -8};
-  expect_error(j, "/root/children/1/children/0/parameters/0/shape", "must be positive");
-  j = two_linear_model();
-  j["root"]["children"][1]["children"][1]["name"] = "0";
-  expect_error(j, "/root/children/1/children/1/name", "duplicate module 'blocks.0'");
-  j = two_linear_model();
-  j["root"]["children"][0]["cost"] = {{"kind", "gem"}};
-  expect_error(j, "/root/children/0/cost/kind", "did you mean 'gemm'");
-  j = two_linear_model();
-  j["root"]["children"][0]["cost"] = {{"token_fraction", 1.5}};
-  expect_error(j, "/root/children/0/cost/token_fraction", "(0, 1]");
-  j = two_linear_model();
-  j["root"]["children"][0]["paramters"] = nlohmann::json::array();
-  expect_error(j, "/root/children/0/paramters", "did you mean 'parameters'");
-  j = two_linear_model();
-  j["family"] = "transformr";
-  expect_error(j, "/family", "did you mean 'transformer'");
-  j = two_linear_model();
-  j["root"] = {{"type", "Empty"}};
-  expect_error(j, "/root", "no parameters");
+struct BadModel {
+  const char* name;
+  nlohmann::json patch;  // JSON merge patch on the good model (null deletes a key)
+  const char* field;
+  const char* reason;
+};
+
+void PrintTo(const BadModel& bad, std::ostream* os) { *os << bad.name; }
+
+nlohmann::json patched(nlohmann::json base, const nlohmann::json& patch) {
+  base.merge_patch(patch);
+  return base;
 }
 
-TEST(TransformerFile, ErrorsNameTheField) {
-  const nlohmann::json base = nlohmann::json::parse(R"({"name": "t", "family": "transformer",
-      "vocab_size": 100, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "ffn_hidden_size": 128})");
-  EXPECT_NO_THROW(model_from_json(base, "t.json"));
-  auto expect_error = [&](nlohmann::json j, const std::string& field, const std::string& reason) {
-    try {
-      model_from_json(j, "t.json");
-      ADD_FAILURE() << "accepted " << j.dump();
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.field(), field) << e.what();
-      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+class RejectsBadExplicitModel : public ::testing::TestWithParam<BadModel> {};
+
+TEST_P(RejectsBadExplicitModel, NamesTheJsonPath) {
+  const BadModel& bad = GetParam();
+  nlohmann::json j = two_linear_model();
+  // Patches address the first block's first parameter or the embedding by path.
+  for (const auto& [pointer, value] : bad.patch.items()) {
+    if (value.is_null()) {
+      j[nlohmann::json::json_pointer(pointer).parent_pointer()].erase(
+          nlohmann::json::json_pointer(pointer).back());
+    } else {
+      j[nlohmann::json::json_pointer(pointer)] = value;
     }
-  };
-  nlohmann::json j = base;
-  j.erase("hidden_size");
-  expect_error(j, "/hidden_size", "required field is missing");
-  j = base;
-  j["num_layers"] = -3;
-  expect_error(j, "/num_layers", "must be positive");
-  j = base;
-  j["num_heads"] = 5;
-  expect_error(j, "/num_heads", "not divisible");
-  j = base;
-  j["num_kv_heads"] = 3;
-  expect_error(j, "/num_kv_heads", "not a multiple");
-  j = base;
-  j["mlp"] = "relu";
-  expect_error(j, "/mlp", "unknown mlp 'relu'");
-  j = base;
-  j["hiden_size"] = 64;
-  expect_error(j, "/hiden_size", "did you mean 'hidden_size'");
-  j = base;
-  j["position_embedding"] = "learned";
-  expect_error(j, "/max_position_embeddings", "required");
-  j = base;
-  j["num_experts"] = 8;
-  expect_error(j, "/num_experts", "unknown field") ;
-  j = base;
-  j["family"] = "moe";
-  j["num_experts"] = 4;
-  j["experts_per_token"] = 5;
-  j["moe_ffn_hidden_size"] = 32;
-  expect_error(j, "/experts_per_token", "exceeds num_experts");
-  j["experts_per_token"] = 2;
-  j["moe_layers"] = {0, 2};
-  expect_error(j, "/moe_layers", "outside 0..1");
-  j["moe_layers"] = {1};
-  EXPECT_NO_THROW(model_from_json(j, "t.json"));
-  const ModelSpec moe = model_from_json(j, "t.json");
+  }
+  testing::expect_input_error([&] { model_from_json(j, "m.json"); }, bad.field, bad.reason, "m.json");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ExplicitModel, RejectsBadExplicitModel,
+    ::testing::Values(
+        BadModel{"negative_dim", {{"/root/children/1/children/0/parameters/0/shape", {16, -8}}},
+                 "/root/children/1/children/0/parameters/0/shape", "must be positive"},
+        BadModel{"duplicate_module", {{"/root/children/1/children/1/name", "0"}},
+                 "/root/children/1/children/1/name", "duplicate module 'blocks.0'"},
+        BadModel{"bad_kind", {{"/root/children/0/cost", {{"kind", "gem"}}}},
+                 "/root/children/0/cost/kind", "did you mean 'gemm'"},
+        BadModel{"token_fraction", {{"/root/children/0/cost", {{"token_fraction", 1.5}}}},
+                 "/root/children/0/cost/token_fraction", "(0, 1]"},
+        BadModel{"misspelt_key", {{"/root/children/0/paramters", nlohmann::json::array()}},
+                 "/root/children/0/paramters", "did you mean 'parameters'"},
+        BadModel{"bad_family", {{"/family", "transformr"}}, "/family", "did you mean 'transformer'"},
+        BadModel{"no_parameters", {{"/root/children", nlohmann::json::array()}}, "/root",
+                 "no parameters"},
+        BadModel{"missing_name", {{"/name", nullptr}}, "/name", "required field is missing"}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+const nlohmann::json kSmallTransformer = nlohmann::json::parse(R"({"name": "t", "family": "transformer",
+    "vocab_size": 100, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "ffn_hidden_size": 128})");
+
+class RejectsBadTransformer : public ::testing::TestWithParam<BadModel> {};
+
+TEST_P(RejectsBadTransformer, NamesTheField) {
+  const BadModel& bad = GetParam();
+  testing::expect_input_error([&] { model_from_json(patched(kSmallTransformer, bad.patch), "t.json"); },
+                              bad.field, bad.reason, "t.json");
+}
+
+const nlohmann::json kMoe = {{"family", "moe"}, {"num_experts", 4}, {"experts_per_token", 2},
+                             {"moe_ffn_hidden_size", 32}};
+
+INSTANTIATE_TEST_SUITE_P(
+    TransformerFile, RejectsBadTransformer,
+    ::testing::Values(
+        BadModel{"missing_hidden", {{"hidden_size", nullptr}}, "/hidden_size", "required field is missing"},
+        BadModel{"negative_layers", {{"num_layers", -3}}, "/num_layers", "must be positive"},
+        BadModel{"zero_vocab", {{"vocab_size", 0}}, "/vocab_size", "must be positive"},
+        BadModel{"heads_do_not_divide", {{"num_heads", 5}}, "/num_heads", "not divisible"},
+        BadModel{"kv_heads", {{"num_kv_heads", 3}}, "/num_kv_heads", "not a multiple"},
+        BadModel{"mlp", {{"mlp", "relu"}}, "/mlp", "unknown mlp 'relu'"},
+        BadModel{"misspelt_key", {{"hiden_size", 64}}, "/hiden_size", "did you mean 'hidden_size'"},
+        BadModel{"learned_without_size", {{"position_embedding", "learned"}},
+                 "/max_position_embeddings", "required"},
+        BadModel{"moe_field_on_dense", {{"num_experts", 8}}, "/num_experts", "unknown field"},
+        BadModel{"too_many_routed", patched(kMoe, {{"experts_per_token", 5}}), "/experts_per_token",
+                 "exceeds num_experts"},
+        BadModel{"moe_layer_out_of_range", patched(kMoe, {{"moe_layers", {0, 2}}}), "/moe_layers",
+                 "outside 0..1"},
+        BadModel{"bad_dtype", {{"dtype", "bf61"}}, "/dtype", "unknown dtype"}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST(TransformerFile, MoeLayersPickWhichLayersAreSparse) {
+  const ModelSpec moe = model_from_json(patched(kSmallTransformer, patched(kMoe, {{"moe_layers", {1}}})), "t.json");
   EXPECT_EQ(find_module(moe.root, "layers.0")->type, "DecoderLayer");
   EXPECT_EQ(find_module(moe.root, "layers.1")->type, "MoEDecoderLayer");
+  EXPECT_NE(find_module(moe.root, "layers.1.mlp.experts.3.down_proj"), nullptr);
 }
 
 }  // namespace
