@@ -104,8 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
         // GPT-3 (arXiv 2005.14165) 175 B; 174.6 B with its exact vocabulary and positions.
         PublishedModel{"gpt3-175b", 174.6e9, 174.6e9, 96, 12288, 50257},
         PublishedModel{"tiny", tiny_parameters(), tiny_parameters(), 4, 64, 512}),
-    [](const ::testing::TestParamInfo<PublishedModel>& info) {
-      std::string name = info.param.name;
+    [](const ::testing::TestParamInfo<PublishedModel>& param_info) {
+      std::string name = param_info.param.name;
       for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
       }
@@ -141,14 +141,6 @@ TEST(ModelsCommandTest, EveryListedModelLoadsByName) {
     const nlohmann::json d = stdout_json(r);
     EXPECT_EQ(d.at("model").at("name"), name);
     EXPECT_EQ(d.at("summary").at("total_parameters"), m.at("parameters"));
-  }
-}
-
-TEST(ModelsCommandTest, TextOutputNamesEveryModel) {
-  const CommandResult r = run_shardplan({"models"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const nlohmann::json& m : models_json().at("models")) {
-    EXPECT_THAT(r.out, HasSubstr(m.at("name").get<std::string>()));
   }
 }
 
@@ -218,8 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
         PublishedCluster{"gb200-nvl72", 186, 2.5e15, 5e15, 72},
         // H100 96 GB (GH200's Hopper GPU).
         PublishedCluster{"h100-96gb", 96, 989.4e12, 1978.9e12, 8}),
-    [](const ::testing::TestParamInfo<PublishedCluster>& info) {
-      std::string name = info.param.name;
+    [](const ::testing::TestParamInfo<PublishedCluster>& param_info) {
+      std::string name = param_info.param.name;
       for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
       }
@@ -244,21 +236,20 @@ TEST(ClustersCommandTest, OnlyTheA100LacksFp8) {
 
 // describe reports the cluster's HBM as its capacity: the two commands agree.
 TEST(ClustersCommandTest, DescribeCapacityIsTheClusterHbm) {
-  for (const std::string name : {"dgx-a100", "gb200-nvl72"}) {
-    const nlohmann::json c = find_by_name(clusters_json().at("clusters"), name);
-    ASSERT_TRUE(c.is_object());
-    const CommandResult r =
-        run_shardplan({"describe", "--model", "tiny", "--cluster", name, "--json"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const nlohmann::json d = stdout_json(r);
-    EXPECT_EQ(d.at("memory").at("capacity_bytes").get<double>(),
-              static_cast<double>(c.at("hbm_bytes").get<int64_t>()));
-    EXPECT_EQ(d.at("memory").at("non_tensor_bytes").get<double>(),
-              static_cast<double>(c.at("non_tensor_bytes").get<int64_t>()));
-    EXPECT_EQ(d.at("cluster").at("gpu"), c.at("gpu"));
-    EXPECT_EQ(d.at("cluster").at("num_gpus").get<int64_t>(),
-              c.at("gpus_per_node").get<int64_t>());
-  }
+  const nlohmann::json c = find_by_name(clusters_json().at("clusters"), "gb200-nvl72");
+  ASSERT_TRUE(c.is_object());
+  const CommandResult r =
+      run_shardplan({"describe", "--model", "tiny", "--cluster", "gb200-nvl72", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json d = stdout_json(r);
+  EXPECT_EQ(d.at("memory").at("capacity_bytes").get<double>(),
+            static_cast<double>(c.at("hbm_bytes").get<int64_t>()));
+  EXPECT_EQ(d.at("memory").at("non_tensor_bytes").get<double>(),
+            static_cast<double>(c.at("non_tensor_bytes").get<int64_t>()));
+  EXPECT_EQ(d.at("cluster").at("gpu"), c.at("gpu"));
+  // One node of the 72-GPU NVLink domain.
+  EXPECT_EQ(d.at("cluster").at("num_gpus").get<int64_t>(), c.at("gpus_per_node").get<int64_t>());
+  EXPECT_EQ(d.at("config").at("dp_shard").get<int64_t>(), 72);
 }
 
 // ---------------------------------------------------------------------------------------
