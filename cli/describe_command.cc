@@ -79,7 +79,7 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
   if (!p.recompute.empty()) overrides.push_back("recompute=\"" + p.recompute + "\"");
   const FsdpConfig config = load_fsdp_config(p.job.config_file, overrides);
   const FsdpConfig resolved = resolve_fsdp_config(
-      config, model, cluster, p.job.config_file.empty() ? "config" : p.job.config_file);
+      config, model, cluster, fsdp_config_label(p.job.config_file, overrides));
 
   const BatchShape shape{.micro_batch = resolved.micro_batch,
                          .seq_len = resolved.seq_len,

@@ -1,16 +1,46 @@
 // The `shardplan` command: parses flags (CLI11), calls one library entry point per
-// subcommand, and maps errors to exit codes (0 ok, 1 bad input, CLI11's codes for bad
-// flags).
+// subcommand, and maps errors to exit codes (0 ok, 1 bad input, 2 unknown command,
+// CLI11's codes for bad flags, 3 internal error).
+#include <algorithm>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "models/cluster_spec.h"
 #include "models/error.h"
+#include "models/suggest.h"
 #include "models/zoo.h"
 
 namespace {
+
+// CLI11's PositiveNumber prints "Value 0 not in range 0.000000 to 1.79e308".
+const CLI::Validator kPositive(
+    [](std::string& text) -> std::string {
+      try {
+        std::size_t used = 0;
+        const long long value = std::stoll(text, &used);
+        if (used != text.size()) return "expected a whole number, got '" + text + "'";
+        if (value <= 0) return "must be positive, got " + text;
+        return "";
+      } catch (const std::exception&) {
+        return "expected a whole number, got '" + text + "'";
+      }
+    },
+    "POSITIVE");
+
+// An unknown first word would otherwise read "A subcommand is required".
+std::optional<std::string> unknown_command(int argc, char** argv, const CLI::App& app) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands({})) names.push_back(command->get_name());
+  const std::string word = argv[1];
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  return shardplan::unknown_name_message("command", word, names);
+}
 
 void add_job_options(CLI::App& command, shardplan::JobParams& job) {
   job.model = shardplan::kDefaultModel;
@@ -20,9 +50,9 @@ void add_job_options(CLI::App& command, shardplan::JobParams& job) {
   command.add_option("--cluster", job.cluster, "zoo cluster name or cluster JSON file")
       ->capture_default_str();
   command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   command.add_option("--gpus", job.gpus, "GPUs in the job, instead of --nodes")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   command.add_option("--config", job.config_file, "FSDP config JSON file")
       ->check(CLI::ExistingFile);
   command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");
@@ -48,9 +78,9 @@ int main(int argc, char** argv) {
       "describe", "parameters, FLOPs and activations of a model, and its memory per GPU");
   add_job_options(*describe, describe_params.job);
   describe->add_option("--micro-batch", describe_params.micro_batch, "sequences per micro-batch")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   describe->add_option("--seq-len", describe_params.seq_len, "tokens per sequence")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   describe->add_option("--recompute", describe_params.recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   describe->add_flag("--json", describe_params.json, "machine-readable output");
@@ -59,6 +89,10 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "version and CUDA backend status");
   version->add_flag("--json", version_json, "machine-readable output");
 
+  if (auto message = unknown_command(argc, argv, app)) {
+    std::cerr << "shardplan: error: " << *message << "\n";
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -81,6 +81,7 @@ int run_version(bool json, std::ostream& out) {
   if (json) {
     out << nlohmann::json{{"version", SHARDPLAN_VERSION},
                           {"cuda_backend", probe.compiled},
+                          {"cuda_plugin", probe.plugin_path},
                           {"cuda_runtime_version", probe.runtime_version},
                           {"nccl_version", probe.nccl_version},
                           {"cublas_version", probe.cublas_version},

@@ -1,41 +1,69 @@
 #include "executor/cuda_probe.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
 #include <fmt/format.h>
 
+#include "executor/cuda_plugin_abi.h"
 #include "models/error.h"
 
-#ifdef SHARDPLAN_WITH_CUDA
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
-
 namespace shardplan {
+namespace {
+
+// The plugin sits in lib/ beside the executable's folder (build tree: build/lib, build/cli;
+// install: prefix/lib, prefix/bin) or in the same folder.
+std::vector<std::filesystem::path> plugin_candidates() {
+  std::error_code error;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {kCudaPluginFile};
+  const auto dir = exe.parent_path();
+  return {dir / ".." / "lib" / kCudaPluginFile, dir / kCudaPluginFile};
+}
+
+}  // namespace
 
 CudaProbe probe_cuda() {
   CudaProbe probe;
-#ifdef SHARDPLAN_WITH_CUDA
-  probe.compiled = true;
-  cudaRuntimeGetVersion(&probe.runtime_version);
-  ncclGetVersion(&probe.nccl_version);
-  int major = 0, minor = 0, patch = 0;
-  cublasGetProperty(MAJOR_VERSION, &major);
-  cublasGetProperty(MINOR_VERSION, &minor);
-  cublasGetProperty(PATCH_LEVEL, &patch);
-  probe.cublas_version = major * 10000 + minor * 100 + patch;
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status == cudaSuccess && count > 0) {
-    probe.device_count = count;
-  } else {
-    probe.device_error = status == cudaSuccess ? "the driver reports 0 devices"
-                                               : fmt::format("{} ({})", cudaGetErrorString(status),
-                                                             cudaGetErrorName(status));
-  }
-#else
+#ifndef SHARDPLAN_WITH_CUDA
   probe.device_error = "shardplan was built without the CUDA backend (SHARDPLAN_CUDA=OFF)";
-#endif
   return probe;
+#else
+  std::string load_errors;
+  for (const auto& candidate : plugin_candidates()) {
+    if (!std::filesystem::exists(candidate)) continue;
+    // The handle stays open for the process: the backend lives as long as the run.
+    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      load_errors += fmt::format(" {}: {};", candidate.string(), ::dlerror());
+      continue;
+    }
+    auto* probe_fn = reinterpret_cast<int (*)(ShardplanCudaProbeResult*)>(
+        ::dlsym(handle, kCudaProbeSymbol));
+    if (probe_fn == nullptr) {
+      load_errors += fmt::format(" {}: no symbol {};", candidate.string(), kCudaProbeSymbol);
+      continue;
+    }
+    ShardplanCudaProbeResult result{};
+    probe_fn(&result);
+    probe.compiled = true;
+    probe.plugin_path = std::filesystem::weakly_canonical(candidate).string();
+    probe.runtime_version = result.runtime_version;
+    probe.nccl_version = result.nccl_version;
+    probe.cublas_version = result.cublas_version;
+    probe.device_count = result.device_count;
+    probe.device_error = result.device_error;
+    return probe;
+  }
+  probe.device_error = load_errors.empty()
+                           ? fmt::format("the CUDA plugin {} was not found beside the executable",
+                                         kCudaPluginFile)
+                           : "the CUDA plugin did not load:" + load_errors;
+  return probe;
+#endif
 }
 
 void require_cuda_device() {

@@ -4,9 +4,12 @@
 
 namespace shardplan {
 
-// What the CUDA backend was built against and what this machine offers.
+// What the CUDA backend was built against and what this machine offers. The backend is
+// a plugin (libshardplan_cuda.so) loaded only when asked for, so commands that never
+// touch a GPU do not pay for mapping cuBLAS and NCCL.
 struct CudaProbe {
-  bool compiled = false;      // built with SHARDPLAN_CUDA
+  bool compiled = false;      // the plugin was built and loads
+  std::string plugin_path;    // where it was found
   int runtime_version = 0;    // CUDA runtime, e.g. 13000
   int nccl_version = 0;       // e.g. 22805
   int cublas_version = 0;     // major*10000 + minor*100 + patch

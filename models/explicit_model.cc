@@ -102,9 +102,14 @@ Parameter parse_parameter(const JsonReader& r) {
     r.fail("name", "must be a non-empty local name without '.'");
   }
   p.shape = r.integers("shape");
+  int64_t numel = 1;
   for (std::size_t i = 0; i < p.shape.size(); ++i) {
     if (p.shape[i] <= 0) {
       r.fail("shape", fmt::format("dimension {} must be positive, got {}", i, p.shape[i]));
+    }
+    // Parameter counts stay below 2^53, where doubles still count them exactly.
+    if (__builtin_mul_overflow(numel, p.shape[i], &numel) || numel > (int64_t{1} << 53)) {
+      r.fail("shape", "has more than 2^53 elements");
     }
   }
   p.dtype = parse_dtype(r.string_or("dtype", "bf16"), r.file(), r.path_of("dtype"));
@@ -201,7 +206,9 @@ ModelSpec parse_explicit_model(const JsonReader& r) {
   spec.vocab_size = r.integer_or("vocab_size", 0);
   spec.max_seq_len = r.integer_or("max_seq_len", 0);
   spec.root = parse_module(r.object("root"), "", true);
-  if (parameter_count(spec.root) == 0) r.fail("root", "the model has no parameters");
+  const int64_t count = parameter_count(spec.root);
+  if (count == 0) r.fail("root", "the model has no parameters");
+  if (count > (int64_t{1} << 53) || count < 0) r.fail("root", "has more than 2^53 parameters");
   return spec;
 }
 

@@ -39,9 +39,13 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
     // nlohmann reports the byte just past the offending token.
     const std::size_t byte = error.byte > 0 ? error.byte - 1 : 0;
     const auto [line, column] = line_and_column(text, byte);
+    // what() reads "[json.exception.parse_error.101] parse error at line L, column C:
+    // <reason>"; keep the reason, which may itself contain ": ".
     std::string reason = error.what();
-    if (const auto colon = reason.rfind(": "); colon != std::string::npos) {
-      reason = reason.substr(colon + 2);
+    if (const auto at = reason.find("parse error"); at != std::string::npos) {
+      if (const auto colon = reason.find(": ", at); colon != std::string::npos) {
+        reason = reason.substr(colon + 2);
+      }
     }
     throw InputError(label, "", fmt::format("invalid JSON at line {}, column {}: {}", line,
                                             column, reason));

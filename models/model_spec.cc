@@ -21,6 +21,14 @@ int64_t parameter_count(const Module& module) {
   return count;
 }
 
+int64_t trainable_parameter_count(const Module& module) {
+  int64_t count = 0;
+  for_each_module(module, [&](const Module& m) {
+    for (const Parameter& p : m.parameters) count += p.requires_grad ? p.numel() : 0;
+  });
+  return count;
+}
+
 namespace {
 
 double active_count(const Module& module, double parent_fraction) {

@@ -87,6 +87,8 @@ void for_each_module(const Module& root, const std::function<void(const Module&)
 
 // Parameters owned by `module` and all its descendants.
 int64_t parameter_count(const Module& module);
+// Parameters with requires_grad: the ones with gradients and optimizer state.
+int64_t trainable_parameter_count(const Module& module);
 // Parameters weighted by the share of tokens that use them: the MoE "active" count.
 double active_parameter_count(const Module& module);
 

@@ -80,8 +80,10 @@ ModelSummary summarize_model(const ModelSpec& spec, const BatchShape& shape) {
         recompute_forward_flops(*layer, shape, Recompute::selective) / tokens;
     s.recompute_flops_per_token_full +=
         recompute_forward_flops(*layer, shape, Recompute::full) / tokens;
+    // Layers group when they have the same type, size and activations.
+    const int64_t parameters = parameter_count(*layer);
     auto same = std::find_if(s.layers.begin(), s.layers.end(), [&](const LayerActivations& l) {
-      return l.type == layer->type;
+      return l.type == layer->type && l.parameters == parameters && l.none_bytes == none;
     });
     if (same != s.layers.end()) {
       ++same->count;
@@ -90,7 +92,7 @@ ModelSummary summarize_model(const ModelSpec& spec, const BatchShape& shape) {
     s.layers.push_back(LayerActivations{
         .type = layer->type,
         .count = 1,
-        .parameters = parameter_count(*layer),
+        .parameters = parameters,
         .none_bytes = none,
         .selective_bytes = saved_activation_bytes(*layer, shape, Recompute::selective),
         .full_bytes = saved_activation_bytes(*layer, shape, Recompute::full),

@@ -31,7 +31,7 @@ struct ModelSummary {
   double executed_flops_per_token = 0;  // causal halving, flash backward 2.5×, no recompute
   double recompute_flops_per_token_selective = 0;  // extra forward work per recompute mode
   double recompute_flops_per_token_full = 0;
-  std::vector<LayerActivations> layers;  // one entry per distinct layer type
+  std::vector<LayerActivations> layers;  // one entry per distinct kind of layer
   double other_activation_bytes = 0;     // outside the layers (embedding, head, loss)
   double total_activation_bytes_none = 0;  // one micro-batch, all layers + the rest
 };

@@ -277,6 +277,14 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
       r.fail("ffn_hidden_size", "required when some layers are dense (see moe_layers)");
     }
   }
+  // Bounds that keep parameter counts exact and the module tree a sane size.
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  for (const char* key : {"vocab_size", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                          "ffn_hidden_size", "moe_ffn_hidden_size", "max_position_embeddings"}) {
+    if (r.has(key) && r.integer(key) > kMaxDim) r.fail(key, "exceeds 2^24");
+  }
+  if (a.num_layers > 10000) r.fail("num_layers", "exceeds 10000");
+  if (a.num_experts > 4096) r.fail("num_experts", "exceeds 4096");
   if (a.head_dim == 0) {
     if (a.hidden_size % a.num_heads != 0) {
       r.fail("num_heads", fmt::format("hidden_size {} is not divisible by num_heads {}; set "

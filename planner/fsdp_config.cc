@@ -8,6 +8,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/suggest.h"
+#include "planner/fsdp_units.h"
 
 namespace shardplan {
 namespace {
@@ -112,6 +113,14 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.micro_batch = r.positive_integer_or("micro_batch", c.micro_batch);
   c.grad_accum = r.positive_integer_or("grad_accum", c.grad_accum);
   c.seq_len = r.positive_integer_or("seq_len", c.seq_len);
+  // Token counts stay exact in doubles and far from int64 overflow.
+  constexpr int64_t kMaxTokens = int64_t{1} << 40;
+  if (c.micro_batch > kMaxTokens / c.seq_len) {
+    r.fail(r.has("micro_batch") ? "micro_batch" : "seq_len",
+           fmt::format("micro_batch × seq_len = {} × {} tokens exceeds 2^40", c.micro_batch,
+                       c.seq_len));
+  }
+  if (c.grad_accum > (int64_t{1} << 30)) r.fail("grad_accum", "exceeds 2^30 micro-batches");
   c.param_dtype = dtype_field(r, "param_dtype", c.param_dtype);
   if (dtype_bytes(c.param_dtype) == 1) {
     r.fail("param_dtype", "FP8 parameters are kept in bf16/fp16 and gathered in FP8: set "
@@ -217,13 +226,17 @@ void apply_overrides(nlohmann::json& config, const std::vector<std::string>& ass
   }
 }
 
+std::string fsdp_config_label(const std::string& file, const std::vector<std::string>& overrides) {
+  std::string label = file.empty() ? "config" : file;
+  if (!overrides.empty()) label += " (with flags)";
+  return label;
+}
+
 FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::string>& overrides) {
   nlohmann::json json = file.empty() ? nlohmann::json::object() : read_json_file(file);
   if (!json.is_object()) throw InputError(file, "/", "expected a JSON object of config fields");
   apply_overrides(json, overrides);
-  std::string label = file.empty() ? "config" : file;
-  if (!overrides.empty()) label += " (with --set)";
-  return fsdp_config_from_json(json, label);
+  return fsdp_config_from_json(json, fsdp_config_label(file, overrides));
 }
 
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
@@ -255,6 +268,7 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                      fmt::format("{} exceeds the {} positions {} was built with", c.seq_len,
                                  model.max_seq_len, model.name));
   }
+  find_fsdp_units(model, c.unit_modules, label);
   return c;
 }
 

@@ -74,12 +74,17 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& config);
 // otherwise (full, bf16).
 void apply_overrides(nlohmann::json& config, const std::vector<std::string>& assignments);
 
+// How errors name a config: the file, "config" for the defaults, and " (with flags)"
+// when overrides were applied.
+std::string fsdp_config_label(const std::string& file, const std::vector<std::string>& overrides);
+
 // Loads `file` (empty: the defaults), applies `overrides` and reads the result.
 FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::string>& overrides);
 
 // Checks the config against the job: dp_shard × dp_outer must equal the GPU count
 // (dp_shard 0 is derived first), strategy combinations Megatron-FSDP supports, FP8 on a
-// GPU that has it, the sequence length the model accepts. Returns the resolved config.
+// GPU that has it, the sequence length the model accepts, unit patterns that match.
+// Returns the resolved config.
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                const ClusterSpec& cluster, const std::string& label);
 

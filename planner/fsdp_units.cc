@@ -19,11 +19,18 @@ std::vector<FsdpUnit> find_fsdp_units(const ModelSpec& model,
   }
   const std::vector<const Module*> wrapped = match_modules(model.root, used);
   std::vector<FsdpUnit> units;
-  units.push_back(FsdpUnit{.name = "", .module = nullptr, .parameters = parameter_count(model.root)});
+  units.push_back(FsdpUnit{.name = "",
+                           .module = nullptr,
+                           .parameters = parameter_count(model.root),
+                           .trainable_parameters = trainable_parameter_count(model.root)});
   for (const Module* m : wrapped) {
-    const int64_t count = parameter_count(*m);
-    units.front().parameters -= count;
-    units.push_back(FsdpUnit{.name = m->name, .module = m, .parameters = count});
+    FsdpUnit unit{.name = m->name,
+                  .module = m,
+                  .parameters = parameter_count(*m),
+                  .trainable_parameters = trainable_parameter_count(*m)};
+    units.front().parameters -= unit.parameters;
+    units.front().trainable_parameters -= unit.trainable_parameters;
+    units.push_back(std::move(unit));
   }
   return units;
 }

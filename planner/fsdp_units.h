@@ -14,6 +14,7 @@ struct FsdpUnit {
   std::string name;             // the wrapped module's name; "" for the root unit
   const Module* module = nullptr;  // nullptr for the root unit
   int64_t parameters = 0;
+  int64_t trainable_parameters = 0;  // with requires_grad: gradients and optimizer state
 };
 
 // Units in forward order, the root unit first (its all-gather opens the forward). Each

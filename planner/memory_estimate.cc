@@ -16,6 +16,7 @@ double bytes_of(DType dtype) { return static_cast<double>(dtype_bytes(dtype)); }
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
                                const FsdpConfig& c) {
+  // resolve_fsdp_config has already checked the patterns against the model.
   const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
   const int64_t n = c.dp_shard;
   const int64_t optimizer_ranks =
@@ -25,23 +26,32 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
                            c.sharding_strategy == ShardingStrategy::optim_grads_params;
   const bool shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params;
 
-  // Each unit's flat buffer is padded to split evenly; ceil per unit stands in for the
-  // planner's exact alignment.
-  int64_t total = 0;
-  double per_rank = 0;       // Σ ceil(P_u / dp_shard)
-  double per_opt_rank = 0;   // Σ ceil(P_u / optimizer ranks)
+  // Each unit keeps one flat buffer per requires_grad group (Megatron-FSDP groups by
+  // dtype and requires_grad), padded to split evenly; ceil per group stands in for the
+  // planner's exact alignment. Frozen parameters have weights only.
+  double total = 0;            // all parameters
+  double trainable = 0;        // with requires_grad
+  double per_rank = 0;         // Σ ceil(P_u / dp_shard) over both groups
+  double trainable_per_rank = 0;
+  double trainable_per_opt_rank = 0;  // Σ ceil(P_u / optimizer ranks), trainable only
   int64_t largest_layer = 0;
+  int64_t largest_trainable_layer = 0;
   int64_t layer_units = 0;
   for (const FsdpUnit& u : units) {
-    total += u.parameters;
-    per_rank += ceil_div(u.parameters, n);
-    per_opt_rank += ceil_div(u.parameters, optimizer_ranks);
+    const int64_t frozen = u.parameters - u.trainable_parameters;
+    total += static_cast<double>(u.parameters);
+    trainable += static_cast<double>(u.trainable_parameters);
+    trainable_per_rank += ceil_div(u.trainable_parameters, n);
+    per_rank += ceil_div(u.trainable_parameters, n) + ceil_div(frozen, n);
+    trainable_per_opt_rank += ceil_div(u.trainable_parameters, optimizer_ranks);
     if (u.module != nullptr) {
       largest_layer = std::max(largest_layer, u.parameters);
+      largest_trainable_layer = std::max(largest_trainable_layer, u.trainable_parameters);
       ++layer_units;
     }
   }
   const int64_t root = units.front().parameters;
+  const int64_t trainable_root = units.front().trainable_parameters;
 
   MemoryEstimate e;
   e.num_gpus = cluster.num_gpus;
@@ -55,16 +65,16 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
                                   ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0)
                                   : bytes_of(c.param_dtype);
   const double gathered_bytes = c.fp8_param_gather ? 1.0 : bytes_of(c.param_dtype);
-  e.model_weights = weight_bytes * (shard_params ? per_rank : static_cast<double>(total));
-  if (c.keep_fp8_transpose_cache) e.model_weights += static_cast<double>(total);
+  e.model_weights = weight_bytes * (shard_params ? per_rank : total);
+  if (c.keep_fp8_transpose_cache) e.model_weights += total;
   // preserve_fp32_weights=False: no separate main copy.
   if (c.main_param_dtype != c.param_dtype || c.fp8_param_gather) {
-    e.main_weights = bytes_of(c.main_param_dtype) *
-                     (shard_optimizer ? per_opt_rank : static_cast<double>(total));
+    e.main_weights =
+        bytes_of(c.main_param_dtype) * (shard_optimizer ? trainable_per_opt_rank : trainable);
   }
-  e.main_grads = bytes_of(c.main_grad_dtype) * (shard_grads ? per_rank : static_cast<double>(total));
+  e.main_grads = bytes_of(c.main_grad_dtype) * (shard_grads ? trainable_per_rank : trainable);
   const double states = c.optimizer == Optimizer::adam ? 2.0 : 1.0;
-  e.optimizer_states = states * 4.0 * (shard_optimizer ? per_opt_rank : static_cast<double>(total));
+  e.optimizer_states = states * 4.0 * (shard_optimizer ? trainable_per_opt_rank : trainable);
 
   // The root unit stays gathered across the step (its parameters open the forward and
   // close the backward); up to 1 + prefetch layer units are gathered at once.
@@ -75,15 +85,18 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
   const double grad_bytes = bytes_of(c.grad_reduce_dtype);
   if (c.double_buffer) {
     const double largest = static_cast<double>(e.largest_unit_parameters);
-    e.double_buffers = 2.0 * largest * ((shard_params ? gathered_bytes : 0.0) + grad_bytes);
+    const double largest_trainable =
+        static_cast<double>(std::max(trainable_root, largest_trainable_layer));
+    e.double_buffers =
+        2.0 * ((shard_params ? gathered_bytes * largest : 0.0) + grad_bytes * largest_trainable);
   } else {
     if (shard_params) {
       e.unsharded_weights =
           gathered_bytes * (static_cast<double>(root) + live_layers * static_cast<double>(largest_layer));
     }
     if (shard_grads) {
-      e.unsharded_grads =
-          grad_bytes * (static_cast<double>(root) + live_grads * static_cast<double>(largest_layer));
+      e.unsharded_grads = grad_bytes * (static_cast<double>(trainable_root) +
+                                        live_grads * static_cast<double>(largest_trainable_layer));
     }
   }
 

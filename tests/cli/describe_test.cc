@@ -548,11 +548,6 @@ TEST(ExplicitModelTest, LayerSummaryAddsUpForUnequalLayersOfOneType) {
   for (const nlohmann::json& l : s.at("layers")) {
     summarised += l.at("count").get<int64_t>() * l.at("parameters").get<int64_t>();
   }
-  if (summarised != in_blocks) {
-    GTEST_SKIP() << "BUG: summary.layers groups layers by type and reports the first "
-                    "layer's parameters and activations for all of them: "
-                 << summarised << " parameters summarised, " << in_blocks << " in layers";
-  }
   EXPECT_EQ(summarised, in_blocks);
 }
 
@@ -568,11 +563,6 @@ TEST(ExplicitModelTest, FrozenParametersHaveNoGradsOrOptimizerState) {
   const nlohmann::json& d = describe({"--model", file, "--gpus", "1"});
   ASSERT_EQ(d.at("summary").at("total_parameters"), 16 + 64);
   EXPECT_DOUBLE_EQ(mem(d, "model_weights_bytes"), 2.0 * (16 + 64));
-  if (mem(d, "optimizer_states_bytes") == 8.0 * (16 + 64)) {
-    GTEST_SKIP() << "BUG: requires_grad false is parsed but ignored: optimizer states "
-                 << mem(d, "optimizer_states_bytes") << " B and main grads "
-                 << mem(d, "main_grads_bytes") << " B count the 64 frozen parameters";
-  }
   EXPECT_DOUBLE_EQ(mem(d, "optimizer_states_bytes"), 8.0 * 16);
   EXPECT_DOUBLE_EQ(mem(d, "main_grads_bytes"), 2.0 * 16);
 }
@@ -584,14 +574,6 @@ TEST(DescribeOverflowTest, HugeMicroBatchTimesSeqLenIsRejected) {
   // 2^62 × 4 tokens overflow int64.
   const CommandResult r = run_shardplan({"describe", "--model", "tiny", "--micro-batch",
                                          "4611686018427387904", "--seq-len", "4", "--json"});
-  if (r.exit_code == 0) {
-    const nlohmann::json d = stdout_json(r);
-    GTEST_SKIP() << "BUG: micro_batch × seq_len overflows int64 and describe exits 0 with "
-                    "activations_bytes "
-                 << d.at("memory").at("activations_bytes") << ", model_flops_per_token "
-                 << d.at("summary").at("model_flops_per_token") << ", fits "
-                 << d.at("memory").at("fits");
-  }
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(r.out.empty());
   EXPECT_THAT(r.err, ::testing::ContainsRegex("micro_batch|micro-batch|seq_len|seq-len"));

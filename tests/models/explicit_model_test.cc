@@ -52,8 +52,11 @@ TEST(ExplicitModel, LinearLeavesGetDefaultCosts) {
   // Inputs saved: 8 and 16 bf16 elements, and the embedding's int64 ids.
   EXPECT_DOUBLE_EQ(saved_activation_bytes(m.root, shape, Recompute::none), 10 * (2.0 * (8 + 16) + 8));
   const ModelSummary s = summarize_model(m, shape);
-  ASSERT_EQ(s.layers.size(), 1u);
-  EXPECT_EQ(s.layers[0].count, 2);
+  // The two blocks differ in size, so they are summarised apart.
+  ASSERT_EQ(s.layers.size(), 2u);
+  EXPECT_EQ(s.layers[0].count, 1);
+  EXPECT_EQ(s.layers[0].parameters, 128 + 16);
+  EXPECT_EQ(s.layers[1].parameters, 128);
 }
 
 struct BadModel {
