@@ -1,6 +1,6 @@
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
@@ -19,19 +19,21 @@ nlohmann::json summary_json(const ModelSummary& s) {
     layers.push_back({{"type", l.type},
                       {"count", l.count},
                       {"parameters", l.parameters},
-                      {"activation_bytes", {{"none", l.none_bytes},
-                                            {"selective", l.selective_bytes},
-                                            {"full", l.full_bytes},
-                                            {"full_peak", l.full_peak_bytes}}}});
+                      {"activation_bytes",
+                       {{"none", l.none_bytes},
+                        {"selective", l.selective_bytes},
+                        {"full", l.full_bytes},
+                        {"full_peak", l.full_peak_bytes}}}});
   }
   return {{"total_parameters", s.total_parameters},
           {"active_parameters", s.active_parameters},
           {"parameters_by_kind", s.parameters_by_kind},
           {"model_flops_per_token", s.model_flops_per_token},
           {"executed_flops_per_token", s.executed_flops_per_token},
-          {"recompute_flops_per_token", {{"none", 0.0},
-                                         {"selective", s.recompute_flops_per_token_selective},
-                                         {"full", s.recompute_flops_per_token_full}}},
+          {"recompute_flops_per_token",
+           {{"none", 0.0},
+            {"selective", s.recompute_flops_per_token_selective},
+            {"full", s.recompute_flops_per_token_full}}},
           {"layers", layers},
           {"other_activation_bytes", s.other_activation_bytes},
           {"total_activation_bytes_none", s.total_activation_bytes_none}};
@@ -51,7 +53,8 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
       {"main grads", format_bytes(e.main_grads), "persistent"},
       {"optimizer states", format_bytes(e.optimizer_states), "persistent"},
   };
-  if (e.double_buffers > 0) rows.push_back({"double buffers", format_bytes(e.double_buffers), "persistent"});
+  if (e.double_buffers > 0)
+    rows.push_back({"double buffers", format_bytes(e.double_buffers), "persistent"});
   rows.push_back({"unsharded weights", format_bytes(e.unsharded_weights), "transient peak"});
   rows.push_back({"unsharded grads", format_bytes(e.unsharded_grads), "transient peak"});
   rows.push_back({"activations", format_bytes(e.activations), "one micro-batch"});
@@ -78,8 +81,8 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
   if (p.seq_len) overrides.push_back(fmt::format("seq_len={}", *p.seq_len));
   if (!p.recompute.empty()) overrides.push_back("recompute=\"" + p.recompute + "\"");
   const FsdpConfig config = load_fsdp_config(p.job.config_file, overrides);
-  const FsdpConfig resolved = resolve_fsdp_config(
-      config, model, cluster, fsdp_config_label(p.job.config_file, overrides));
+  const FsdpConfig resolved =
+      resolve_fsdp_config(config, model, cluster, fsdp_config_label(p.job.config_file, overrides));
 
   const BatchShape shape{.micro_batch = resolved.micro_batch,
                          .seq_len = resolved.seq_len,
@@ -88,16 +91,18 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
   const MemoryEstimate memory = estimate_memory(model, cluster, resolved);
 
   if (p.json) {
-    out << nlohmann::json{{"model", {{"name", model.name},
-                                     {"family", model.family},
-                                     {"source", model.source},
-                                     {"hidden_size", model.hidden_size},
-                                     {"num_layers", model.num_layers},
-                                     {"vocab_size", model.vocab_size}}},
-                          {"cluster", {{"name", cluster.name},
-                                       {"gpu", cluster.gpu.name},
-                                       {"nodes", cluster.nodes()},
-                                       {"num_gpus", cluster.num_gpus}}},
+    out << nlohmann::json{{"model",
+                           {{"name", model.name},
+                            {"family", model.family},
+                            {"source", model.source},
+                            {"hidden_size", model.hidden_size},
+                            {"num_layers", model.num_layers},
+                            {"vocab_size", model.vocab_size}}},
+                          {"cluster",
+                           {{"name", cluster.name},
+                            {"gpu", cluster.gpu.name},
+                            {"nodes", cluster.nodes()},
+                            {"num_gpus", cluster.num_gpus}}},
                           {"config", fsdp_config_to_json(resolved)},
                           {"summary", summary_json(summary)},
                           {"memory", memory_estimate_to_json(memory)}}
@@ -107,22 +112,26 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
   }
 
   out << fmt::format("{} ({}): {}\n", model.name, model.family, model.source);
-  out << fmt::format("\nParameters: {} total", format_count(static_cast<double>(summary.total_parameters)));
+  out << fmt::format("\nParameters: {} total",
+                     format_count(static_cast<double>(summary.total_parameters)));
   if (summary.active_parameters < static_cast<double>(summary.total_parameters)) {
     out << fmt::format(", {} active per token", format_count(summary.active_parameters));
   }
   out << "\n";
   std::vector<std::vector<std::string>> kind_rows;
   for (const auto& [kind, count] : summary.parameters_by_kind) {
-    kind_rows.push_back({kind, format_count(static_cast<double>(count)),
-                         fmt::format("{:.1f} %", 100.0 * static_cast<double>(count) /
-                                                     static_cast<double>(summary.total_parameters))});
+    kind_rows.push_back(
+        {kind, format_count(static_cast<double>(count)),
+         fmt::format("{:.1f} %", 100.0 * static_cast<double>(count) /
+                                     static_cast<double>(summary.total_parameters))});
   }
   out << render_table({"kind", "parameters", "share"}, kind_rows, {1, 2});
 
   out << fmt::format("\nTraining FLOPs per token at seq_len {}:\n", resolved.seq_len);
-  out << fmt::format("  model (PaLM convention, MFU):   {}FLOP\n", format_si(summary.model_flops_per_token));
-  out << fmt::format("  executed (causal, flash bwd):   {}FLOP\n", format_si(summary.executed_flops_per_token));
+  out << fmt::format("  model (PaLM convention, MFU):   {}FLOP\n",
+                     format_si(summary.model_flops_per_token));
+  out << fmt::format("  executed (causal, flash bwd):   {}FLOP\n",
+                     format_si(summary.executed_flops_per_token));
   out << fmt::format("  + recompute selective / full:   {}FLOP / {}FLOP\n",
                      format_si(summary.recompute_flops_per_token_selective),
                      format_si(summary.recompute_flops_per_token_full));
@@ -131,15 +140,17 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
                      resolved.micro_batch, resolved.seq_len, dtype_name(resolved.param_dtype));
   std::vector<std::vector<std::string>> layer_rows;
   for (const LayerActivations& l : summary.layers) {
-    layer_rows.push_back({fmt::format("{} ×{}", l.type, l.count), format_count(static_cast<double>(l.parameters)),
-                          format_bytes(l.none_bytes), format_bytes(l.selective_bytes),
-                          format_bytes(l.full_bytes)});
+    layer_rows.push_back(
+        {fmt::format("{} ×{}", l.type, l.count), format_count(static_cast<double>(l.parameters)),
+         format_bytes(l.none_bytes), format_bytes(l.selective_bytes), format_bytes(l.full_bytes)});
   }
   layer_rows.push_back({"outside layers", "", format_bytes(summary.other_activation_bytes),
                         format_bytes(summary.other_activation_bytes),
                         format_bytes(summary.other_activation_bytes)});
-  out << render_table({"per layer", "params", "none", "selective", "full"}, layer_rows, {1, 2, 3, 4});
-  out << fmt::format("  whole model, recompute none: {}\n", format_bytes(summary.total_activation_bytes_none));
+  out << render_table({"per layer", "params", "none", "selective", "full"}, layer_rows,
+                      {1, 2, 3, 4});
+  out << fmt::format("  whole model, recompute none: {}\n",
+                     format_bytes(summary.total_activation_bytes_none));
 
   print_memory(memory, cluster, resolved, out);
   return 0;

@@ -1,13 +1,12 @@
 // The `shardplan` command: parses flags (CLI11), calls one library entry point per
 // subcommand, and maps errors to exit codes (0 ok, 1 bad input, 2 unknown command,
 // CLI11's codes for bad flags, 3 internal error).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "models/cluster_spec.h"
@@ -49,10 +48,8 @@ void add_job_options(CLI::App& command, shardplan::JobParams& job) {
       ->capture_default_str();
   command.add_option("--cluster", job.cluster, "zoo cluster name or cluster JSON file")
       ->capture_default_str();
-  command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")
-      ->check(kPositive);
-  command.add_option("--gpus", job.gpus, "GPUs in the job, instead of --nodes")
-      ->check(kPositive);
+  command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")->check(kPositive);
+  command.add_option("--gpus", job.gpus, "GPUs in the job, instead of --nodes")->check(kPositive);
   command.add_option("--config", job.config_file, "FSDP config JSON file")
       ->check(CLI::ExistingFile);
   command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");

@@ -1,16 +1,17 @@
 #include "cli/text_format.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace shardplan {
 
 std::string format_bytes(double bytes) {
   const double magnitude = std::fabs(bytes);
   constexpr double kKiB = 1024.0;
-  if (magnitude >= kKiB * kKiB * kKiB) return fmt::format("{:.2f} GiB", bytes / (kKiB * kKiB * kKiB));
+  if (magnitude >= kKiB * kKiB * kKiB)
+    return fmt::format("{:.2f} GiB", bytes / (kKiB * kKiB * kKiB));
   if (magnitude >= kKiB * kKiB) return fmt::format("{:.1f} MiB", bytes / (kKiB * kKiB));
   if (magnitude >= kKiB) return fmt::format("{:.1f} KiB", bytes / kKiB);
   return fmt::format("{:.0f} B", bytes);
@@ -50,8 +51,10 @@ std::string render_table(const std::vector<std::string>& header,
     std::string out;
     for (std::size_t i = 0; i < widths.size(); ++i) {
       const std::string cell = i < row.size() ? row[i] : "";
-      const bool right = std::find(right_aligned.begin(), right_aligned.end(), i) != right_aligned.end();
-      out += right ? fmt::format("{:>{}}", cell, widths[i]) : fmt::format("{:<{}}", cell, widths[i]);
+      const bool right =
+          std::find(right_aligned.begin(), right_aligned.end(), i) != right_aligned.end();
+      out +=
+          right ? fmt::format("{:>{}}", cell, widths[i]) : fmt::format("{:<{}}", cell, widths[i]);
       if (i + 1 < widths.size()) out += "  ";
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();

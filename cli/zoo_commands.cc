@@ -1,6 +1,6 @@
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
@@ -32,8 +32,8 @@ int run_models(const ZooParams& params, std::ostream& out) {
   if (params.json) {
     out << nlohmann::json{{"models", list}}.dump(2) << "\n";
   } else {
-    out << render_table({"model", "family", "params", "active", "layers", "hidden", "vocab"},
-                        rows, {2, 3, 4, 5, 6});
+    out << render_table({"model", "family", "params", "active", "layers", "hidden", "vocab"}, rows,
+                        {2, 3, 4, 5, 6});
   }
   return 0;
 }
@@ -55,14 +55,15 @@ int run_clusters(const ZooParams& params, std::ostream& out) {
                     {"intra_node_bandwidth_bytes_per_s", c.intra_node.bandwidth_bytes_per_s},
                     {"inter_node_bandwidth_bytes_per_s", c.inter_node.bandwidth_bytes_per_s},
                     {"non_tensor_bytes", c.non_tensor_bytes}});
-    rows.push_back({c.name, c.gpu.name, std::to_string(c.gpus_per_node),
-                    format_bytes(static_cast<double>(c.gpu.hbm_bytes)),
-                    fmt::format("{:.2f}", c.gpu.hbm_bandwidth_bytes_per_s / 1e12),
-                    fmt::format("{:.0f}", c.gpu.bf16_dense_flops / 1e12),
-                    c.gpu.fp8_dense_flops > 0 ? fmt::format("{:.0f}", c.gpu.fp8_dense_flops / 1e12) : "-",
-                    std::to_string(c.gpu.sm_count),
-                    fmt::format("{:.0f}", c.intra_node.bandwidth_bytes_per_s / 1e9),
-                    fmt::format("{:.0f}", c.inter_node.bandwidth_bytes_per_s / 1e9)});
+    rows.push_back(
+        {c.name, c.gpu.name, std::to_string(c.gpus_per_node),
+         format_bytes(static_cast<double>(c.gpu.hbm_bytes)),
+         fmt::format("{:.2f}", c.gpu.hbm_bandwidth_bytes_per_s / 1e12),
+         fmt::format("{:.0f}", c.gpu.bf16_dense_flops / 1e12),
+         c.gpu.fp8_dense_flops > 0 ? fmt::format("{:.0f}", c.gpu.fp8_dense_flops / 1e12) : "-",
+         std::to_string(c.gpu.sm_count),
+         fmt::format("{:.0f}", c.intra_node.bandwidth_bytes_per_s / 1e9),
+         fmt::format("{:.0f}", c.inter_node.bandwidth_bytes_per_s / 1e9)});
   }
   if (params.json) {
     out << nlohmann::json{{"clusters", list}}.dump(2) << "\n";

@@ -1,12 +1,11 @@
 #include "executor/cuda_probe.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "executor/cuda_plugin_abi.h"
 #include "models/error.h"
@@ -41,8 +40,8 @@ CudaProbe probe_cuda() {
       load_errors += fmt::format(" {}: {};", candidate.string(), ::dlerror());
       continue;
     }
-    auto* probe_fn = reinterpret_cast<int (*)(ShardplanCudaProbeResult*)>(
-        ::dlsym(handle, kCudaProbeSymbol));
+    auto* probe_fn =
+        reinterpret_cast<int (*)(ShardplanCudaProbeResult*)>(::dlsym(handle, kCudaProbeSymbol));
     if (probe_fn == nullptr) {
       load_errors += fmt::format(" {}: no symbol {};", candidate.string(), kCudaProbeSymbol);
       continue;
@@ -58,10 +57,10 @@ CudaProbe probe_cuda() {
     probe.device_error = result.device_error;
     return probe;
   }
-  probe.device_error = load_errors.empty()
-                           ? fmt::format("the CUDA plugin {} was not found beside the executable",
-                                         kCudaPluginFile)
-                           : "the CUDA plugin did not load:" + load_errors;
+  probe.device_error =
+      load_errors.empty()
+          ? fmt::format("the CUDA plugin {} was not found beside the executable", kCudaPluginFile)
+          : "the CUDA plugin did not load:" + load_errors;
   return probe;
 #endif
 }

@@ -8,13 +8,13 @@ namespace shardplan {
 // a plugin (libshardplan_cuda.so) loaded only when asked for, so commands that never
 // touch a GPU do not pay for mapping cuBLAS and NCCL.
 struct CudaProbe {
-  bool compiled = false;      // the plugin was built and loads
-  std::string plugin_path;    // where it was found
-  int runtime_version = 0;    // CUDA runtime, e.g. 13000
-  int nccl_version = 0;       // e.g. 22805
-  int cublas_version = 0;     // major*10000 + minor*100 + patch
-  int device_count = 0;       // 0 when no device or no driver
-  std::string device_error;   // why there is no device, when there is none
+  bool compiled = false;     // the plugin was built and loads
+  std::string plugin_path;   // where it was found
+  int runtime_version = 0;   // CUDA runtime, e.g. 13000
+  int nccl_version = 0;      // e.g. 22805
+  int cublas_version = 0;    // major*10000 + minor*100 + patch
+  int device_count = 0;      // 0 when no device or no driver
+  std::string device_error;  // why there is no device, when there is none
 };
 
 CudaProbe probe_cuda();

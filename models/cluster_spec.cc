@@ -1,9 +1,9 @@
 #include "models/cluster_spec.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "models/embedded_files.h"
 #include "models/error.h"
@@ -27,7 +27,8 @@ GpuSpec parse_gpu(const JsonReader& r) {
       .name = r.string("name"),
       .hbm_bytes = r.positive_integer("hbm_bytes"),
       .hbm_bandwidth_bytes_per_s = positive_number(r, "hbm_bandwidth_bytes_per_s"),
-      .hbm_measured_bandwidth_bytes_per_s = positive_number(r, "hbm_measured_bandwidth_bytes_per_s"),
+      .hbm_measured_bandwidth_bytes_per_s =
+          positive_number(r, "hbm_measured_bandwidth_bytes_per_s"),
       .bf16_dense_flops = positive_number(r, "bf16_dense_flops"),
       .fp8_dense_flops = r.non_negative_number("fp8_dense_flops"),
       .sm_count = r.positive_integer("sm_count"),
@@ -35,12 +36,13 @@ GpuSpec parse_gpu(const JsonReader& r) {
 }
 
 LinkSpec parse_link(const JsonReader& r) {
-  r.expect_only({"name", "bandwidth_bytes_per_s", "measured_bus_bandwidth_bytes_per_s",
-                 "latency_s"});
+  r.expect_only(
+      {"name", "bandwidth_bytes_per_s", "measured_bus_bandwidth_bytes_per_s", "latency_s"});
   return LinkSpec{
       .name = r.string("name"),
       .bandwidth_bytes_per_s = positive_number(r, "bandwidth_bytes_per_s"),
-      .measured_bus_bandwidth_bytes_per_s = positive_number(r, "measured_bus_bandwidth_bytes_per_s"),
+      .measured_bus_bandwidth_bytes_per_s =
+          positive_number(r, "measured_bus_bandwidth_bytes_per_s"),
       .latency_s = r.non_negative_number("latency_s"),
   };
 }
@@ -66,8 +68,8 @@ std::vector<std::string> cluster_zoo_names() {
 
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
-  r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node",
-                 "inter_node", "nccl", "non_tensor_bytes", "sources"});
+  r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node", "inter_node",
+                 "nccl", "non_tensor_bytes", "sources"});
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -107,8 +109,8 @@ ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t>
     }
   }
   if (!found) {
-    const bool looks_like_path = name_or_file.find('/') != std::string::npos ||
-                                 name_or_file.ends_with(".json");
+    const bool looks_like_path =
+        name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
     if (!looks_like_path && !std::filesystem::exists(name_or_file)) {
       throw InputError("", "--cluster",
                        unknown_name_message("cluster", name_or_file, cluster_zoo_names()) +
@@ -118,7 +120,8 @@ ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t>
   }
   if (nodes && gpus) throw InputError("", "--nodes", "give either --nodes or --gpus, not both");
   if (nodes) {
-    if (*nodes <= 0) throw InputError("", "--nodes", fmt::format("must be positive, got {}", *nodes));
+    if (*nodes <= 0)
+      throw InputError("", "--nodes", fmt::format("must be positive, got {}", *nodes));
     cluster.num_gpus = *nodes * cluster.gpus_per_node;
   } else if (gpus) {
     if (*gpus <= 0) throw InputError("", "--gpus", fmt::format("must be positive, got {}", *gpus));

@@ -2,11 +2,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace shardplan {
 
@@ -31,10 +30,10 @@ struct LinkSpec {
 };
 
 struct NcclSpec {
-  double base_latency_s = 0;  // fixed cost of launching a collective
-  int64_t collective_sms = 0; // SMs an NCCL collective kernel occupies
-  bool nvls = false;          // NVLink SHARP (in-switch reduction)
-  bool ib_sharp = false;      // InfiniBand SHARP
+  double base_latency_s = 0;   // fixed cost of launching a collective
+  int64_t collective_sms = 0;  // SMs an NCCL collective kernel occupies
+  bool nvls = false;           // NVLink SHARP (in-switch reduction)
+  bool ib_sharp = false;       // InfiniBand SHARP
 };
 
 struct ClusterSpec {
@@ -46,7 +45,7 @@ struct ClusterSpec {
   LinkSpec intra_node;
   LinkSpec inter_node;
   NcclSpec nccl;
-  int64_t non_tensor_bytes = 0;  // CUDA context, NCCL and cuBLAS workspaces per GPU
+  int64_t non_tensor_bytes = 0;                // CUDA context, NCCL and cuBLAS workspaces per GPU
   std::map<std::string, std::string> sources;  // dotted field path -> citation
 
   int64_t nodes() const { return (num_gpus + gpus_per_node - 1) / gpus_per_node; }

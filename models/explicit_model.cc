@@ -1,10 +1,10 @@
 #include "models/explicit_model.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <set>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "models/error.h"
 #include "models/suggest.h"
@@ -41,8 +41,9 @@ Footprint parse_footprint(const JsonReader& parent, std::string_view key) {
   if (!parent.has(key)) return {};
   const JsonReader r = parent.object(key);
   r.expect_only({"elements", "fixed_bytes"});
-  return Footprint{.elements = r.has("elements") ? r.non_negative_number("elements") : 0.0,
-                   .fixed_bytes = r.has("fixed_bytes") ? r.non_negative_number("fixed_bytes") : 0.0};
+  return Footprint{
+      .elements = r.has("elements") ? r.non_negative_number("elements") : 0.0,
+      .fixed_bytes = r.has("fixed_bytes") ? r.non_negative_number("fixed_bytes") : 0.0};
 }
 
 nlohmann::json footprint_json(const Footprint& f) {
@@ -56,7 +57,8 @@ ModuleCost parse_cost(const JsonReader& r) {
                  "input_per_token", "token_fraction"});
   ModuleCost c;
   c.kind = parse_kind(r);
-  c.fwd_flops_per_token = r.has("fwd_flops_per_token") ? r.non_negative_number("fwd_flops_per_token") : 0;
+  c.fwd_flops_per_token =
+      r.has("fwd_flops_per_token") ? r.non_negative_number("fwd_flops_per_token") : 0;
   c.fwd_flops_per_token_ctx =
       r.has("fwd_flops_per_token_ctx") ? r.non_negative_number("fwd_flops_per_token_ctx") : 0;
   c.causal = r.boolean_or("causal", false);

@@ -1,9 +1,9 @@
 #include "models/json_reader.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "models/error.h"
 #include "models/suggest.h"
@@ -47,8 +47,8 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
         reason = reason.substr(colon + 2);
       }
     }
-    throw InputError(label, "", fmt::format("invalid JSON at line {}, column {}: {}", line,
-                                            column, reason));
+    throw InputError(label, "",
+                     fmt::format("invalid JSON at line {}, column {}: {}", line, column, reason));
   }
 }
 

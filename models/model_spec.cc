@@ -33,8 +33,8 @@ namespace {
 
 double active_count(const Module& module, double parent_fraction) {
   // A module inherits its parent's token share unless it states a smaller one.
-  const double fraction = module.cost.token_fraction < 1.0 ? module.cost.token_fraction
-                                                           : parent_fraction;
+  const double fraction =
+      module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_fraction;
   double count = 0;
   for (const Parameter& p : module.parameters) count += static_cast<double>(p.numel()) * fraction;
   for (const Module& child : module.children) count += active_count(child, fraction);
@@ -43,7 +43,9 @@ double active_count(const Module& module, double parent_fraction) {
 
 }  // namespace
 
-double active_parameter_count(const Module& module) { return active_count(module, 1.0); }
+double active_parameter_count(const Module& module) {
+  return active_count(module, 1.0);
+}
 
 const Module* find_module(const Module& root, const std::string& name) {
   if (root.name == name) return &root;

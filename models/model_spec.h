@@ -44,17 +44,17 @@ struct Footprint {
 // also with the sequence length (core attention), so they grow as b·s².
 struct ModuleCost {
   ComputeKind kind = ComputeKind::none;
-  double fwd_flops_per_token = 0;      // matmuls: 2·m·n·k per token
-  double fwd_flops_per_token_ctx = 0;  // × seq_len; counted as if non-causal
-  bool causal = false;                 // causal masking: executed ctx FLOPs are halved
-  double bwd_flops_factor = 2.0;       // executed backward FLOPs ÷ forward FLOPs
+  double fwd_flops_per_token = 0;        // matmuls: 2·m·n·k per token
+  double fwd_flops_per_token_ctx = 0;    // × seq_len; counted as if non-causal
+  bool causal = false;                   // causal masking: executed ctx FLOPs are halved
+  double bwd_flops_factor = 2.0;         // executed backward FLOPs ÷ forward FLOPs
   double fwd_io_elements_per_token = 0;  // activation elements read + written (memory-bound work)
-  Footprint saved_per_token;           // saved for backward, recompute none
-  Footprint saved_per_token_ctx;       // × seq_len (attention probabilities without flash)
-  bool selective_recompute = false;    // re-run under recompute: selective
-  Footprint selective_kept_per_token;  // what stays saved when re-run selectively
-  Footprint input_per_token;           // activation entering the module (full recompute keeps it)
-  double token_fraction = 1.0;         // share of tokens this module sees (MoE expert: k/E)
+  Footprint saved_per_token;             // saved for backward, recompute none
+  Footprint saved_per_token_ctx;         // × seq_len (attention probabilities without flash)
+  bool selective_recompute = false;      // re-run under recompute: selective
+  Footprint selective_kept_per_token;    // what stays saved when re-run selectively
+  Footprint input_per_token;             // activation entering the module (full recompute keeps it)
+  double token_fraction = 1.0;           // share of tokens this module sees (MoE expert: k/E)
 };
 
 // A node of the module tree. Names are fully qualified ("layers.3.self_attn.q_proj");

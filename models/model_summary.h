@@ -12,8 +12,8 @@ namespace shardplan {
 
 // Saved activations of one kind of layer for one micro-batch, per recompute mode.
 struct LayerActivations {
-  std::string type;    // "DecoderLayer", "MoEDecoderLayer", ...
-  int64_t count = 0;   // layers of this type
+  std::string type;        // "DecoderLayer", "MoEDecoderLayer", ...
+  int64_t count = 0;       // layers of this type
   int64_t parameters = 0;  // per layer
   double none_bytes = 0;
   double selective_bytes = 0;
@@ -31,8 +31,8 @@ struct ModelSummary {
   double executed_flops_per_token = 0;  // causal halving, flash backward 2.5×, no recompute
   double recompute_flops_per_token_selective = 0;  // extra forward work per recompute mode
   double recompute_flops_per_token_full = 0;
-  std::vector<LayerActivations> layers;  // one entry per distinct kind of layer
-  double other_activation_bytes = 0;     // outside the layers (embedding, head, loss)
+  std::vector<LayerActivations> layers;    // one entry per distinct kind of layer
+  double other_activation_bytes = 0;       // outside the layers (embedding, head, loss)
   double total_activation_bytes_none = 0;  // one micro-batch, all layers + the rest
 };
 

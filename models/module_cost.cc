@@ -22,7 +22,9 @@ double sum_tree(const Module& module, double parent_share, const PerModule& per_
   return total;
 }
 
-double tokens_of(const BatchShape& shape) { return static_cast<double>(shape.tokens()); }
+double tokens_of(const BatchShape& shape) {
+  return static_cast<double>(shape.tokens());
+}
 
 double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_discount) {
   const double ctx_factor = (causal_discount && m.cost.causal) ? 0.5 : 1.0;
@@ -71,8 +73,7 @@ double model_training_flops(const Module& module, const BatchShape& shape) {
   });
 }
 
-double saved_activation_bytes(const Module& module, const BatchShape& shape,
-                              Recompute recompute) {
+double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute) {
   const double tokens = tokens_of(shape);
   if (recompute == Recompute::full) {
     return module.cost.input_per_token.bytes(shape.activation_bytes) * tokens *

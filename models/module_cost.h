@@ -13,8 +13,7 @@ namespace shardplan {
 enum class Recompute { none, selective, full };
 
 std::string_view recompute_name(Recompute recompute);
-Recompute parse_recompute(std::string_view text, const std::string& file,
-                          const std::string& field);
+Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
 // The shape of one micro-batch.
 struct BatchShape {

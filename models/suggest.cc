@@ -1,10 +1,10 @@
 #include "models/suggest.h"
 
-#include <algorithm>
-#include <vector>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace shardplan {
 

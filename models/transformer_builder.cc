@@ -1,8 +1,8 @@
 #include "models/transformer_builder.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "models/error.h"
 #include "models/suggest.h"
@@ -10,10 +10,16 @@
 namespace shardplan {
 namespace {
 
-double d(int64_t v) { return static_cast<double>(v); }
+double d(int64_t v) {
+  return static_cast<double>(v);
+}
 
-Footprint elements(double n) { return Footprint{.elements = n, .fixed_bytes = 0}; }
-Footprint fixed(double bytes) { return Footprint{.elements = 0, .fixed_bytes = bytes}; }
+Footprint elements(double n) {
+  return Footprint{.elements = n, .fixed_bytes = 0};
+}
+Footprint fixed(double bytes) {
+  return Footprint{.elements = 0, .fixed_bytes = bytes};
+}
 Footprint elements_and_fixed(double n, double bytes) {
   return Footprint{.elements = n, .fixed_bytes = bytes};
 }
@@ -55,8 +61,12 @@ Module norm(const std::string& name, const TransformerArch& a) {
   return m;
 }
 
-int64_t q_dim(const TransformerArch& a) { return a.num_heads * a.head_dim; }
-int64_t kv_dim(const TransformerArch& a) { return a.num_kv_heads * a.head_dim; }
+int64_t q_dim(const TransformerArch& a) {
+  return a.num_heads * a.head_dim;
+}
+int64_t kv_dim(const TransformerArch& a) {
+  return a.num_kv_heads * a.head_dim;
+}
 
 Module attention(const std::string& name, const TransformerArch& a) {
   const int64_t h = a.hidden_size;
@@ -117,8 +127,8 @@ Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
 
 // A dense MLP. `saves_input` is false when another module (the router) already saved the
 // same normed input; `extra_down_saved` adds what the MoE combine keeps.
-Module mlp(const std::string& name, const std::string& type, const TransformerArch& a,
-           int64_t ffn, bool saves_input, Footprint extra_down_saved) {
+Module mlp(const std::string& name, const std::string& type, const TransformerArch& a, int64_t ffn,
+           bool saves_input, Footprint extra_down_saved) {
   const int64_t h = a.hidden_size;
   Module m{.name = name, .type = type};
   Footprint down_extra = extra_down_saved;
@@ -127,7 +137,8 @@ Module mlp(const std::string& name, const std::string& type, const TransformerAr
     m.children.push_back(linear(join(name, "gate_proj"), h, ffn, a.bias, a.dtype, saves_input));
     m.children.push_back(linear(join(name, "up_proj"), h, ffn, a.bias, a.dtype, false));
     m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn));
-    m.children.push_back(linear(join(name, "down_proj"), ffn, h, a.bias, a.dtype, true, down_extra));
+    m.children.push_back(
+        linear(join(name, "down_proj"), ffn, h, a.bias, a.dtype, true, down_extra));
   } else {
     m.children.push_back(linear(join(name, "fc1"), h, ffn, a.bias, a.dtype, saves_input));
     m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn));
@@ -210,7 +221,8 @@ std::vector<bool> parse_moe_layers(const JsonReader& r, int64_t num_layers) {
   if (!r.has("moe_layers")) return layers;
   const nlohmann::json& v = r.value("moe_layers");
   if (v.is_string()) {
-    if (v.get<std::string>() != "all") r.fail("moe_layers", "expected \"all\" or a list of layer indices");
+    if (v.get<std::string>() != "all")
+      r.fail("moe_layers", "expected \"all\" or a list of layer indices");
     return layers;
   }
   std::fill(layers.begin(), layers.end(), false);
@@ -226,12 +238,28 @@ std::vector<bool> parse_moe_layers(const JsonReader& r, int64_t num_layers) {
 }  // namespace
 
 TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
-  std::vector<std::string> known = {"name", "family", "source", "notes", "vocab_size",
-                                    "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                                    "head_dim", "ffn_hidden_size", "mlp", "norm",
-                                    "tie_embeddings", "bias", "qkv_bias", "position_embedding",
-                                    "max_position_embeddings", "dropout", "flash_attention",
-                                    "causal", "dtype"};
+  std::vector<std::string> known = {"name",
+                                    "family",
+                                    "source",
+                                    "notes",
+                                    "vocab_size",
+                                    "hidden_size",
+                                    "num_layers",
+                                    "num_heads",
+                                    "num_kv_heads",
+                                    "head_dim",
+                                    "ffn_hidden_size",
+                                    "mlp",
+                                    "norm",
+                                    "tie_embeddings",
+                                    "bias",
+                                    "qkv_bias",
+                                    "position_embedding",
+                                    "max_position_embeddings",
+                                    "dropout",
+                                    "flash_attention",
+                                    "causal",
+                                    "dtype"};
   if (is_moe) {
     known.insert(known.end(), {"num_experts", "experts_per_token", "moe_ffn_hidden_size",
                                "num_shared_experts", "moe_layers"});
@@ -271,8 +299,8 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
       r.fail("experts_per_token",
              fmt::format("{} exceeds num_experts {}", a.experts_per_token, a.num_experts));
     }
-    const bool has_dense = std::find(a.moe_layers.begin(), a.moe_layers.end(), false) !=
-                           a.moe_layers.end();
+    const bool has_dense =
+        std::find(a.moe_layers.begin(), a.moe_layers.end(), false) != a.moe_layers.end();
     if (has_dense && a.ffn_hidden_size == 0) {
       r.fail("ffn_hidden_size", "required when some layers are dense (see moe_layers)");
     }
@@ -288,7 +316,8 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   if (a.head_dim == 0) {
     if (a.hidden_size % a.num_heads != 0) {
       r.fail("num_heads", fmt::format("hidden_size {} is not divisible by num_heads {}; set "
-                                      "head_dim", a.hidden_size, a.num_heads));
+                                      "head_dim",
+                                      a.hidden_size, a.num_heads));
     }
     a.head_dim = a.hidden_size / a.num_heads;
   }
@@ -308,7 +337,8 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   spec.hidden_size = a.hidden_size;
   spec.num_layers = a.num_layers;
   spec.vocab_size = a.vocab_size;
-  if (a.position_embedding == PositionEmbedding::learned) spec.max_seq_len = a.max_position_embeddings;
+  if (a.position_embedding == PositionEmbedding::learned)
+    spec.max_seq_len = a.max_position_embeddings;
 
   const double h = d(a.hidden_size);
   Module& root = spec.root;

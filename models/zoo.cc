@@ -1,9 +1,9 @@
 #include "models/zoo.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "models/embedded_files.h"
 #include "models/error.h"
@@ -41,8 +41,8 @@ ModelSpec load_model(const std::string& name_or_file) {
       return model_from_json(parse_json_text(f.text, label), label);
     }
   }
-  const bool looks_like_path = name_or_file.find('/') != std::string::npos ||
-                               name_or_file.ends_with(".json");
+  const bool looks_like_path =
+      name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
   if (looks_like_path || std::filesystem::exists(name_or_file)) {
     return model_from_json(read_json_file(name_or_file), name_or_file);
   }

@@ -1,9 +1,9 @@
 #include "planner/fsdp_config.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -73,20 +73,48 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 
 }  // namespace
 
-std::string_view sharding_strategy_name(ShardingStrategy s) { return name_of(kStrategies, s); }
-std::string_view outer_strategy_name(OuterStrategy s) { return name_of(kOuter, s); }
-std::string_view fp8_recipe_name(Fp8Recipe r) { return name_of(kRecipes, r); }
-std::string_view allocator_name(Allocator a) { return name_of(kAllocators, a); }
-std::string_view optimizer_name(Optimizer o) { return name_of(kOptimizers, o); }
+std::string_view sharding_strategy_name(ShardingStrategy s) {
+  return name_of(kStrategies, s);
+}
+std::string_view outer_strategy_name(OuterStrategy s) {
+  return name_of(kOuter, s);
+}
+std::string_view fp8_recipe_name(Fp8Recipe r) {
+  return name_of(kRecipes, r);
+}
+std::string_view allocator_name(Allocator a) {
+  return name_of(kAllocators, a);
+}
+std::string_view optimizer_name(Optimizer o) {
+  return name_of(kOptimizers, o);
+}
 
 const std::vector<std::string>& fsdp_config_keys() {
-  static const std::vector<std::string> keys = {
-      "sharding_strategy", "dp_shard", "dp_outer", "outer_strategy", "unit_modules",
-      "bucket_bytes", "forward_prefetch", "backward_prefetch", "async_reduce",
-      "max_live_grad_buffers", "recompute", "micro_batch", "grad_accum", "seq_len",
-      "param_dtype", "main_param_dtype", "main_grad_dtype", "grad_reduce_dtype",
-      "fp8_param_gather", "fp8_recipe", "fine_grained_param_gather",
-      "keep_fp8_transpose_cache", "double_buffer", "allocator", "optimizer"};
+  static const std::vector<std::string> keys = {"sharding_strategy",
+                                                "dp_shard",
+                                                "dp_outer",
+                                                "outer_strategy",
+                                                "unit_modules",
+                                                "bucket_bytes",
+                                                "forward_prefetch",
+                                                "backward_prefetch",
+                                                "async_reduce",
+                                                "max_live_grad_buffers",
+                                                "recompute",
+                                                "micro_batch",
+                                                "grad_accum",
+                                                "seq_len",
+                                                "param_dtype",
+                                                "main_param_dtype",
+                                                "main_grad_dtype",
+                                                "grad_reduce_dtype",
+                                                "fp8_param_gather",
+                                                "fp8_recipe",
+                                                "fine_grained_param_gather",
+                                                "keep_fp8_transpose_cache",
+                                                "double_buffer",
+                                                "allocator",
+                                                "optimizer"};
   return keys;
 }
 
@@ -123,8 +151,9 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (c.grad_accum > (int64_t{1} << 30)) r.fail("grad_accum", "exceeds 2^30 micro-batches");
   c.param_dtype = dtype_field(r, "param_dtype", c.param_dtype);
   if (dtype_bytes(c.param_dtype) == 1) {
-    r.fail("param_dtype", "FP8 parameters are kept in bf16/fp16 and gathered in FP8: set "
-                          "fp8_param_gather instead");
+    r.fail("param_dtype",
+           "FP8 parameters are kept in bf16/fp16 and gathered in FP8: set "
+           "fp8_param_gather instead");
   }
   c.main_param_dtype = dtype_field(r, "main_param_dtype", c.main_param_dtype);
   // Main grads follow the parameter dtype unless set (grad_reduce_in_fp32=False), and
@@ -171,8 +200,9 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   }
   if (c.double_buffer && c.sharding_strategy != ShardingStrategy::optim_grads &&
       c.sharding_strategy != ShardingStrategy::optim_grads_params) {
-    r.fail("double_buffer", "needs optim_grads or optim_grads_params: other strategies have "
-                            "no transient unsharded buffers to double-buffer");
+    r.fail("double_buffer",
+           "needs optim_grads or optim_grads_params: other strategies have "
+           "no transient unsharded buffers to double-buffer");
   }
   return c;
 }
@@ -245,19 +275,20 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
   const int64_t gpus = cluster.num_gpus;
   if (c.dp_shard == 0) {
     if (gpus % c.dp_outer != 0) {
-      throw InputError(label, "/dp_outer",
-                       fmt::format("{} GPUs cannot be split into dp_outer = {} groups", gpus,
-                                   c.dp_outer));
+      throw InputError(
+          label, "/dp_outer",
+          fmt::format("{} GPUs cannot be split into dp_outer = {} groups", gpus, c.dp_outer));
     }
     c.dp_shard = gpus / c.dp_outer;
   }
   if (c.dp_shard * c.dp_outer != gpus) {
-    throw InputError(label, "/dp_shard",
-                     fmt::format("dp_shard × dp_outer = {} × {} = {} must equal the GPU count "
-                                 "{} ({} on {})",
-                                 c.dp_shard, c.dp_outer, c.dp_shard * c.dp_outer, gpus,
-                                 cluster.nodes() == 1 ? "1 node" : fmt::format("{} nodes", cluster.nodes()),
-                                 cluster.name));
+    throw InputError(
+        label, "/dp_shard",
+        fmt::format("dp_shard × dp_outer = {} × {} = {} must equal the GPU count "
+                    "{} ({} on {})",
+                    c.dp_shard, c.dp_outer, c.dp_shard * c.dp_outer, gpus,
+                    cluster.nodes() == 1 ? "1 node" : fmt::format("{} nodes", cluster.nodes()),
+                    cluster.name));
   }
   if (c.fp8_param_gather && cluster.gpu.fp8_dense_flops <= 0) {
     throw InputError(label, "/fp8_param_gather",

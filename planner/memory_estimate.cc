@@ -9,8 +9,12 @@
 namespace shardplan {
 namespace {
 
-double ceil_div(int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b); }
-double bytes_of(DType dtype) { return static_cast<double>(dtype_bytes(dtype)); }
+double ceil_div(int64_t a, int64_t b) {
+  return static_cast<double>((a + b - 1) / b);
+}
+double bytes_of(DType dtype) {
+  return static_cast<double>(dtype_bytes(dtype));
+}
 
 }  // namespace
 
@@ -29,9 +33,9 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
   // Each unit keeps one flat buffer per requires_grad group (Megatron-FSDP groups by
   // dtype and requires_grad), padded to split evenly; ceil per group stands in for the
   // planner's exact alignment. Frozen parameters have weights only.
-  double total = 0;            // all parameters
-  double trainable = 0;        // with requires_grad
-  double per_rank = 0;         // Σ ceil(P_u / dp_shard) over both groups
+  double total = 0;      // all parameters
+  double trainable = 0;  // with requires_grad
+  double per_rank = 0;   // Σ ceil(P_u / dp_shard) over both groups
   double trainable_per_rank = 0;
   double trainable_per_opt_rank = 0;  // Σ ceil(P_u / optimizer ranks), trainable only
   int64_t largest_layer = 0;
@@ -61,9 +65,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
   e.largest_unit_parameters = std::max(root, largest_layer);
 
   // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies).
-  const double weight_bytes = c.fp8_param_gather
-                                  ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0)
-                                  : bytes_of(c.param_dtype);
+  const double weight_bytes =
+      c.fp8_param_gather ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0) : bytes_of(c.param_dtype);
   const double gathered_bytes = c.fp8_param_gather ? 1.0 : bytes_of(c.param_dtype);
   e.model_weights = weight_bytes * (shard_params ? per_rank : total);
   if (c.keep_fp8_transpose_cache) e.model_weights += total;
@@ -91,8 +94,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
         2.0 * ((shard_params ? gathered_bytes * largest : 0.0) + grad_bytes * largest_trainable);
   } else {
     if (shard_params) {
-      e.unsharded_weights =
-          gathered_bytes * (static_cast<double>(root) + live_layers * static_cast<double>(largest_layer));
+      e.unsharded_weights = gathered_bytes * (static_cast<double>(root) +
+                                              live_layers * static_cast<double>(largest_layer));
     }
     if (shard_grads) {
       e.unsharded_grads = grad_bytes * (static_cast<double>(trainable_root) +
@@ -120,10 +123,14 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
 
   e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
   const std::vector<std::pair<const char*, double>> terms = {
-      {"model weights", e.model_weights},       {"main weights", e.main_weights},
-      {"main grads", e.main_grads},             {"optimizer states", e.optimizer_states},
-      {"double buffers", e.double_buffers},     {"unsharded weights", e.unsharded_weights},
-      {"unsharded grads", e.unsharded_grads},   {"activations", e.activations},
+      {"model weights", e.model_weights},
+      {"main weights", e.main_weights},
+      {"main grads", e.main_grads},
+      {"optimizer states", e.optimizer_states},
+      {"double buffers", e.double_buffers},
+      {"unsharded weights", e.unsharded_weights},
+      {"unsharded grads", e.unsharded_grads},
+      {"activations", e.activations},
       {"non-tensor", e.non_tensor}};
   double largest_term = -1;
   for (const auto& [name, bytes] : terms) {

@@ -1,9 +1,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "models/cluster_spec.h"
 #include "models/model_spec.h"
@@ -20,11 +19,11 @@ struct MemoryEstimate {
   int64_t num_gpus = 0;
   int64_t dp_shard = 0;
   int64_t dp_outer = 0;
-  int64_t units = 0;               // FSDP units, the root unit included
+  int64_t units = 0;  // FSDP units, the root unit included
   int64_t largest_unit_parameters = 0;
   // Persistent, bytes per GPU.
-  double model_weights = 0;     // compute-dtype weights (FP8 copies with fp8_param_gather)
-  double main_weights = 0;      // fp32 master weights
+  double model_weights = 0;  // compute-dtype weights (FP8 copies with fp8_param_gather)
+  double main_weights = 0;   // fp32 master weights
   double main_grads = 0;
   double optimizer_states = 0;  // Adam: two fp32 states; SGD: fp32 momentum
   double double_buffers = 0;    // double_buffer: two persistent unsharded-unit buffers
@@ -34,10 +33,10 @@ struct MemoryEstimate {
   double activations = 0;        // one micro-batch, plus a layer's recompute at full
   double non_tensor = 0;         // CUDA context, NCCL, cuBLAS (cluster constant)
   double total = 0;
-  double capacity = 0;           // HBM as CUDA reports it
-  double headroom = 0;           // capacity − total; negative: does not fit
+  double capacity = 0;  // HBM as CUDA reports it
+  double headroom = 0;  // capacity − total; negative: does not fit
   bool fits = false;
-  std::string largest_term;      // name of the biggest term above
+  std::string largest_term;  // name of the biggest term above
 };
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,

@@ -1,14 +1,14 @@
 // End-to-end tests of `shardplan describe --json`: defaults, flags, and the memory and
 // FLOP figures checked against closed forms worked out here from the architectures.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tests/run_command.h"
 
@@ -34,13 +34,13 @@ double mem(const nlohmann::json& d, const std::string& term) {
 
 // The nine terms describe adds up, persistent then transient.
 const std::vector<std::string> kMemoryTerms = {
-    "model_weights_bytes",   "main_weights_bytes",      "main_grads_bytes",
-    "optimizer_states_bytes", "double_buffers_bytes",   "unsharded_weights_bytes",
-    "unsharded_grads_bytes", "activations_bytes",       "non_tensor_bytes"};
+    "model_weights_bytes",    "main_weights_bytes",   "main_grads_bytes",
+    "optimizer_states_bytes", "double_buffers_bytes", "unsharded_weights_bytes",
+    "unsharded_grads_bytes",  "activations_bytes",    "non_tensor_bytes"};
 
 double persistent_bytes(const nlohmann::json& d) {
-  return mem(d, "model_weights_bytes") + mem(d, "main_weights_bytes") +
-         mem(d, "main_grads_bytes") + mem(d, "optimizer_states_bytes");
+  return mem(d, "model_weights_bytes") + mem(d, "main_weights_bytes") + mem(d, "main_grads_bytes") +
+         mem(d, "optimizer_states_bytes");
 }
 
 // Llama 3 8B from its config.json: hidden 4096, 32 heads of 128 with 8 KV heads,
@@ -136,10 +136,14 @@ TEST_P(MemoryTotalsTest, TotalIsSumOfTermsAndFitsFollowsHeadroom) {
   std::string largest;
   double largest_bytes = -1;
   const std::map<std::string, std::string> names = {
-      {"model_weights_bytes", "model weights"},   {"main_weights_bytes", "main weights"},
-      {"main_grads_bytes", "main grads"},         {"optimizer_states_bytes", "optimizer states"},
-      {"double_buffers_bytes", "double buffers"}, {"unsharded_weights_bytes", "unsharded weights"},
-      {"unsharded_grads_bytes", "unsharded grads"}, {"activations_bytes", "activations"},
+      {"model_weights_bytes", "model weights"},
+      {"main_weights_bytes", "main weights"},
+      {"main_grads_bytes", "main grads"},
+      {"optimizer_states_bytes", "optimizer states"},
+      {"double_buffers_bytes", "double buffers"},
+      {"unsharded_weights_bytes", "unsharded weights"},
+      {"unsharded_grads_bytes", "unsharded grads"},
+      {"activations_bytes", "activations"},
       {"non_tensor_bytes", "non-tensor"}};
   for (const std::string& term : kMemoryTerms) {
     if (mem(d, term) > largest_bytes) {
@@ -278,8 +282,8 @@ TEST(DescribeFlagsTest, SetOverridesTheConfigFile) {
 
 TEST(DescribeFlagsTest, SetTakesJsonValuesAndBareStrings) {
   const nlohmann::json& d =
-      describe({"--set", "unit_modules=[\"layers.*\"]", "--set", "recompute=\"selective\"",
-                "--set", "param_dtype=fp16", "--set", "async_reduce=false"});
+      describe({"--set", "unit_modules=[\"layers.*\"]", "--set", "recompute=\"selective\"", "--set",
+                "param_dtype=fp16", "--set", "async_reduce=false"});
   const nlohmann::json& c = d.at("config");
   EXPECT_EQ(c.at("unit_modules"), nlohmann::json::array({"layers.*"}));
   EXPECT_EQ(c.at("recompute"), "selective");
@@ -303,8 +307,8 @@ class ShardedStateTest : public ::testing::TestWithParam<StrategyAndGpus> {};
 
 TEST_P(ShardedStateTest, PersistentBytesMatchClosedForm) {
   const auto& [strategy, gpus] = GetParam();
-  const nlohmann::json& d = describe(
-      {"--gpus", std::to_string(gpus), "--set", "sharding_strategy=" + strategy});
+  const nlohmann::json& d =
+      describe({"--gpus", std::to_string(gpus), "--set", "sharding_strategy=" + strategy});
   ASSERT_EQ(d.at("config").at("dp_shard"), gpus);
 
   const double full = static_cast<double>(Llama3_8b::total);
@@ -324,15 +328,15 @@ TEST_P(ShardedStateTest, PersistentBytesMatchClosedForm) {
   EXPECT_EQ(d.at("memory").at("largest_unit_parameters").get<int64_t>(), Llama3_8b::root);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Llama3_8b, ShardedStateTest,
-    // 8 splits every unit evenly; 7 needs the per-unit padding.
-    ::testing::Combine(::testing::Values("no_shard", "optim", "optim_grads",
-                                         "optim_grads_params"),
-                       ::testing::Values(int64_t{8}, int64_t{7})),
-    [](const ::testing::TestParamInfo<StrategyAndGpus>& param_info) {
-      return std::get<0>(param_info.param) + "_" + std::to_string(std::get<1>(param_info.param)) + "gpus";
-    });
+INSTANTIATE_TEST_SUITE_P(Llama3_8b, ShardedStateTest,
+                         // 8 splits every unit evenly; 7 needs the per-unit padding.
+                         ::testing::Combine(::testing::Values("no_shard", "optim", "optim_grads",
+                                                              "optim_grads_params"),
+                                            ::testing::Values(int64_t{8}, int64_t{7})),
+                         [](const ::testing::TestParamInfo<StrategyAndGpus>& param_info) {
+                           return std::get<0>(param_info.param) + "_" +
+                                  std::to_string(std::get<1>(param_info.param)) + "gpus";
+                         });
 
 TEST(ShardedStateTest, SixteenGpusOnTwoNodes) {
   const nlohmann::json& d = describe({"--nodes", "2"});
@@ -369,8 +373,7 @@ TEST(ShardedStateTest, PrefetchDepthAddsOneGatheredLayer) {
 // HSDP: weights shard over dp_shard, and outer_strategy optim shards the optimizer over
 // all dp_shard × dp_outer ranks.
 TEST(ShardedStateTest, HsdpShardsOptimizerOverAllRanks) {
-  const nlohmann::json& d =
-      describe({"--set", "dp_outer=2", "--set", "outer_strategy=optim"});
+  const nlohmann::json& d = describe({"--set", "dp_outer=2", "--set", "outer_strategy=optim"});
   EXPECT_EQ(d.at("config").at("dp_shard"), 4);
   EXPECT_EQ(d.at("memory").at("dp_outer"), 2);
   EXPECT_DOUBLE_EQ(mem(d, "model_weights_bytes"), 2 * Llama3_8b::sharded(4));
@@ -476,7 +479,8 @@ std::string explicit_model_file() {
   for (const Leaf& leaf : explicit_leaves()) {
     if (leaf.block.empty()) continue;
     auto& b = block_json[leaf.block];
-    if (b.is_null()) b = {{"name", leaf.block}, {"type", "Block"}, {"children", nlohmann::json::array()}};
+    if (b.is_null())
+      b = {{"name", leaf.block}, {"type", "Block"}, {"children", nlohmann::json::array()}};
     b["children"].push_back(leaf_json(leaf));
   }
   blocks["children"] = nlohmann::json::array();

@@ -1,14 +1,14 @@
 // End-to-end tests of bad input: every rejected job exits 1 with nothing on stdout and
 // one line on stderr naming the file (or flag), the JSON field path and the reason.
 // Bad flags that CLI11 rejects exit with CLI11's own (non-zero, non-1) codes.
-#include <algorithm>
-#include <map>
-#include <string>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "tests/run_command.h"
 
@@ -19,43 +19,44 @@ using ::testing::HasSubstr;
 
 constexpr char kErrorPrefix[] = "shardplan: error: ";
 
-const std::vector<std::string> kZooModels = {"gpt3-175b",    "llama3.1-405b", "llama3-70b",
-                                             "llama3-8b",    "mixtral-8x7b",  "tiny"};
-const std::vector<std::string> kZooClusters = {"dgx-a100", "dgx-h100", "dgx-h200",
-                                               "gb200-nvl72", "h100-96gb"};
+const std::vector<std::string> kZooModels = {"gpt3-175b", "llama3.1-405b", "llama3-70b",
+                                             "llama3-8b", "mixtral-8x7b",  "tiny"};
+const std::vector<std::string> kZooClusters = {"dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72",
+                                               "h100-96gb"};
 
 // A valid model file to break one field of.
 nlohmann::json small_transformer() {
-  return {{"name", "small"},      {"family", "transformer"}, {"vocab_size", 100},
-          {"hidden_size", 64},    {"num_layers", 2},         {"num_heads", 4},
+  return {{"name", "small"},       {"family", "transformer"}, {"vocab_size", 100},
+          {"hidden_size", 64},     {"num_layers", 2},         {"num_heads", 4},
           {"ffn_hidden_size", 128}};
 }
 
 // A valid cluster file (the DGX H100 figures) to break one field of.
 nlohmann::json small_cluster() {
-  return {{"name", "mine"},
-          {"gpus_per_node", 8},
-          {"gpu",
-           {{"name", "H100"},
-            {"hbm_bytes", 85045477376},
-            {"hbm_bandwidth_bytes_per_s", 3.35e12},
-            {"hbm_measured_bandwidth_bytes_per_s", 2.9e12},
-            {"bf16_dense_flops", 989.4e12},
-            {"fp8_dense_flops", 1978.9e12},
-            {"sm_count", 132}}},
-          {"intra_node",
-           {{"name", "NVLink4"},
-            {"bandwidth_bytes_per_s", 450e9},
-            {"measured_bus_bandwidth_bytes_per_s", 360e9},
-            {"latency_s", 6e-7}}},
-          {"inter_node",
-           {{"name", "NDR"},
-            {"bandwidth_bytes_per_s", 50e9},
-            {"measured_bus_bandwidth_bytes_per_s", 48e9},
-            {"latency_s", 2.7e-6}}},
-          {"nccl", {{"base_latency_s", 6.6e-6}, {"collective_sms", 32}, {"nvls", true},
-                    {"ib_sharp", true}}},
-          {"non_tensor_bytes", 1294881024}};
+  return {
+      {"name", "mine"},
+      {"gpus_per_node", 8},
+      {"gpu",
+       {{"name", "H100"},
+        {"hbm_bytes", 85045477376},
+        {"hbm_bandwidth_bytes_per_s", 3.35e12},
+        {"hbm_measured_bandwidth_bytes_per_s", 2.9e12},
+        {"bf16_dense_flops", 989.4e12},
+        {"fp8_dense_flops", 1978.9e12},
+        {"sm_count", 132}}},
+      {"intra_node",
+       {{"name", "NVLink4"},
+        {"bandwidth_bytes_per_s", 450e9},
+        {"measured_bus_bandwidth_bytes_per_s", 360e9},
+        {"latency_s", 6e-7}}},
+      {"inter_node",
+       {{"name", "NDR"},
+        {"bandwidth_bytes_per_s", 50e9},
+        {"measured_bus_bandwidth_bytes_per_s", 48e9},
+        {"latency_s", 2.7e-6}}},
+      {"nccl",
+       {{"base_latency_s", 6.6e-6}, {"collective_sms", 32}, {"nvls", true}, {"ib_sharp", true}}},
+      {"non_tensor_bytes", 1294881024}};
 }
 
 std::string without(nlohmann::json json, const nlohmann::json::json_pointer& field) {
@@ -79,7 +80,9 @@ struct ErrorCase {
   std::map<std::string, std::string> files;
 };
 
-void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const ErrorCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::string substitute(std::string text, const std::map<std::string, std::string>& paths) {
   for (const auto& [name, path] : paths) {
@@ -121,12 +124,16 @@ std::vector<ErrorCase> error_cases() {
   std::vector<ErrorCase> cases;
 
   // Zoo names: the nearest valid name and the whole list.
-  ErrorCase model{"unknown_model", {"describe", "--model", "llama3-8", "--json"}, "--model",
+  ErrorCase model{"unknown_model",
+                  {"describe", "--model", "llama3-8", "--json"},
+                  "--model",
                   {"unknown model 'llama3-8'", "did you mean 'llama3-8b'?"}};
   model.reason.insert(model.reason.end(), kZooModels.begin(), kZooModels.end());
   cases.push_back(model);
-  ErrorCase cluster{"unknown_cluster", {"describe", "--cluster", "dgx-h10", "--json"},
-                    "--cluster", {"unknown cluster 'dgx-h10'", "did you mean 'dgx-h100'?"}};
+  ErrorCase cluster{"unknown_cluster",
+                    {"describe", "--cluster", "dgx-h10", "--json"},
+                    "--cluster",
+                    {"unknown cluster 'dgx-h10'", "did you mean 'dgx-h100'?"}};
   cluster.reason.insert(cluster.reason.end(), kZooClusters.begin(), kZooClusters.end());
   cases.push_back(cluster);
 
@@ -139,31 +146,36 @@ std::vector<ErrorCase> error_cases() {
                    {{"m.json",
                      "{\n  \"name\": \"x\",\n  \"family\": \"transformer\",\n"
                      "  \"vocab_size\": 100,,\n  \"hidden_size\": 64\n}\n"}}});
-  cases.push_back({"model_missing_hidden_size",
-                   {"describe", "--model", "@m.json", "--json"},
-                   "@m.json: /hidden_size",
-                   {"required field is missing"},
-                   {{"m.json", without(small_transformer(), nlohmann::json::json_pointer("/hidden_size"))}}});
-  cases.push_back({"model_unknown_key",
-                   {"describe", "--model", "@m.json", "--json"},
-                   "@m.json: /num_kv_head",
-                   {"unknown field 'num_kv_head'", "did you mean 'num_kv_heads'?"},
-                   {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/num_kv_head"), 2)}}});
-  cases.push_back({"model_negative_hidden_size",
-                   {"describe", "--model", "@m.json", "--json"},
-                   "@m.json: /hidden_size",
-                   {"must be positive, got -64"},
-                   {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/hidden_size"), -64)}}});
-  cases.push_back({"model_zero_layers",
-                   {"describe", "--model", "@m.json", "--json"},
-                   "@m.json: /num_layers",
-                   {"must be positive, got 0"},
-                   {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/num_layers"), 0)}}});
+  cases.push_back(
+      {"model_missing_hidden_size",
+       {"describe", "--model", "@m.json", "--json"},
+       "@m.json: /hidden_size",
+       {"required field is missing"},
+       {{"m.json", without(small_transformer(), nlohmann::json::json_pointer("/hidden_size"))}}});
+  cases.push_back(
+      {"model_unknown_key",
+       {"describe", "--model", "@m.json", "--json"},
+       "@m.json: /num_kv_head",
+       {"unknown field 'num_kv_head'", "did you mean 'num_kv_heads'?"},
+       {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/num_kv_head"), 2)}}});
+  cases.push_back(
+      {"model_negative_hidden_size",
+       {"describe", "--model", "@m.json", "--json"},
+       "@m.json: /hidden_size",
+       {"must be positive, got -64"},
+       {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/hidden_size"), -64)}}});
+  cases.push_back(
+      {"model_zero_layers",
+       {"describe", "--model", "@m.json", "--json"},
+       "@m.json: /num_layers",
+       {"must be positive, got 0"},
+       {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/num_layers"), 0)}}});
   cases.push_back({"model_unknown_family",
                    {"describe", "--model", "@m.json", "--json"},
                    "@m.json: /family",
                    {"unknown model family 'explict'", "did you mean 'explicit'?"},
-                   {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/family"), "explict")}}});
+                   {{"m.json", with(small_transformer(), nlohmann::json::json_pointer("/family"),
+                                    "explict")}}});
   cases.push_back({"model_file_missing",
                    {"describe", "--model", "/nonexistent/dir/model.json", "--json"},
                    "/nonexistent/dir/model.json",
@@ -211,11 +223,11 @@ std::vector<ErrorCase> error_cases() {
                     "sharding_strategy=optim_grads", "--json"},
                    "config (with flags): /fp8_param_gather",
                    {"needs sharding_strategy optim_grads_params", "got optim_grads"}});
-  cases.push_back({"fp8_param_gather_on_a100",
-                   {"describe", "--cluster", "dgx-a100", "--set", "fp8_param_gather=true",
-                    "--json"},
-                   "config (with flags): /fp8_param_gather",
-                   {"A100", "no FP8 tensor cores"}});
+  cases.push_back(
+      {"fp8_param_gather_on_a100",
+       {"describe", "--cluster", "dgx-a100", "--set", "fp8_param_gather=true", "--json"},
+       "config (with flags): /fp8_param_gather",
+       {"A100", "no FP8 tensor cores"}});
   cases.push_back({"fp8_transpose_cache_without_fp8",
                    {"describe", "--set", "keep_fp8_transpose_cache=true", "--json"},
                    "config (with flags): /keep_fp8_transpose_cache",
@@ -264,16 +276,18 @@ std::vector<ErrorCase> error_cases() {
                    {"either --nodes or --gpus"}});
 
   // Cluster files.
-  cases.push_back({"cluster_missing_gpu_field",
-                   {"describe", "--cluster", "@k.json", "--json"},
-                   "@k.json: /gpu/hbm_bytes",
-                   {"required field is missing"},
-                   {{"k.json", without(small_cluster(), nlohmann::json::json_pointer("/gpu/hbm_bytes"))}}});
-  cases.push_back({"cluster_unknown_gpu_field",
-                   {"describe", "--cluster", "@k.json", "--json"},
-                   "@k.json: /gpu/sm_cout",
-                   {"unknown field 'sm_cout'", "did you mean 'sm_count'?"},
-                   {{"k.json", with(small_cluster(), nlohmann::json::json_pointer("/gpu/sm_cout"), 132)}}});
+  cases.push_back(
+      {"cluster_missing_gpu_field",
+       {"describe", "--cluster", "@k.json", "--json"},
+       "@k.json: /gpu/hbm_bytes",
+       {"required field is missing"},
+       {{"k.json", without(small_cluster(), nlohmann::json::json_pointer("/gpu/hbm_bytes"))}}});
+  cases.push_back(
+      {"cluster_unknown_gpu_field",
+       {"describe", "--cluster", "@k.json", "--json"},
+       "@k.json: /gpu/sm_cout",
+       {"unknown field 'sm_cout'", "did you mean 'sm_count'?"},
+       {{"k.json", with(small_cluster(), nlohmann::json::json_pointer("/gpu/sm_cout"), 132)}}});
   return cases;
 }
 
@@ -285,8 +299,8 @@ INSTANTIATE_TEST_SUITE_P(Table, RejectedInputTest, ::testing::ValuesIn(error_cas
 // A valid cluster file is accepted, so the broken ones above fail for their one field.
 TEST(ClusterFileTest, TheUnbrokenClusterFileIsAccepted) {
   const std::string file = write_temp_file("good_cluster.json", small_cluster().dump());
-  const CommandResult r = run_shardplan({"describe", "--model", "tiny", "--cluster", file,
-                                         "--json"});
+  const CommandResult r =
+      run_shardplan({"describe", "--model", "tiny", "--cluster", file, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json d = stdout_json(r);
   EXPECT_EQ(d.at("cluster").at("name"), "mine");
@@ -316,8 +330,7 @@ TEST(ErrorMessageTest, InvalidLiteralKeepsItsReason) {
 
 // A unit_modules pattern from a config file is reported against that file.
 TEST(ErrorMessageTest, UnitModulesErrorNamesTheConfigFile) {
-  const std::string file =
-      write_temp_file("bad_units.json", R"({"unit_modules": ["blocks.*"]})");
+  const std::string file = write_temp_file("bad_units.json", R"({"unit_modules": ["blocks.*"]})");
   const CommandResult r = run_shardplan({"describe", "--config", file, "--json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(r.out.empty());
@@ -346,7 +359,9 @@ struct BadFlagCase {
   std::string mentions;
 };
 
-void PrintTo(const BadFlagCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const BadFlagCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class BadFlagTest : public ::testing::TestWithParam<BadFlagCase> {};
 

@@ -1,18 +1,18 @@
 // End-to-end tests of `shardplan models`, `shardplan clusters` and `shardplan version`:
 // the real binary, its --json output checked against published figures.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "tests/run_command.h"
 
@@ -60,7 +60,9 @@ struct PublishedModel {
   int64_t vocab_size;
 };
 
-void PrintTo(const PublishedModel& m, std::ostream* os) { *os << m.name; }
+void PrintTo(const PublishedModel& m, std::ostream* os) {
+  *os << m.name;
+}
 
 class ZooModelTest : public ::testing::TestWithParam<PublishedModel> {};
 
@@ -120,9 +122,8 @@ TEST(ModelsCommandTest, TinyParameterCountIsExact) {
 
 TEST(ModelsCommandTest, ListsExactlyTheSixZooModelsWithTheirFamilies) {
   const std::map<std::string, std::string> expected = {
-      {"gpt3-175b", "transformer"}, {"llama3.1-405b", "transformer"},
-      {"llama3-70b", "transformer"}, {"llama3-8b", "transformer"},
-      {"mixtral-8x7b", "moe"},       {"tiny", "transformer"}};
+      {"gpt3-175b", "transformer"}, {"llama3.1-405b", "transformer"}, {"llama3-70b", "transformer"},
+      {"llama3-8b", "transformer"}, {"mixtral-8x7b", "moe"},          {"tiny", "transformer"}};
   std::map<std::string, std::string> listed;
   for (const nlohmann::json& m : models_json().at("models")) {
     listed[m.at("name").get<std::string>()] = m.at("family").get<std::string>();
@@ -157,7 +158,9 @@ struct PublishedCluster {
   int64_t gpus_per_node;
 };
 
-void PrintTo(const PublishedCluster& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const PublishedCluster& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class ZooClusterTest : public ::testing::TestWithParam<PublishedCluster> {};
 

@@ -1,6 +1,7 @@
+#include "executor/cuda_probe.h"
+
 #include <gtest/gtest.h>
 
-#include "executor/cuda_probe.h"
 #include "models/error.h"
 
 namespace shardplan {

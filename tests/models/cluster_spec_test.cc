@@ -1,6 +1,7 @@
+#include "models/cluster_spec.h"
+
 #include <gtest/gtest.h>
 
-#include "models/cluster_spec.h"
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -23,8 +24,8 @@ void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std:
 }
 
 TEST(ClusterZoo, EveryConstantNamesItsSource) {
-  ASSERT_EQ(cluster_zoo_names(),
-            (std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72", "h100-96gb"}));
+  ASSERT_EQ(cluster_zoo_names(), (std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200",
+                                                           "gb200-nvl72", "h100-96gb"}));
   for (const EmbeddedFile& f : cluster_zoo_files()) {
     const nlohmann::json j = parse_json_text(f.text, std::string(f.origin));
     std::vector<std::string> fields;
@@ -57,9 +58,12 @@ TEST(ClusterZoo, DatasheetValues) {
   const ClusterSpec nvl72 = load_cluster("gb200-nvl72", std::nullopt, std::nullopt);
   EXPECT_EQ(nvl72.gpus_per_node, 72) << "one NVLink domain";
   for (const ClusterSpec* c : {&h100, &a100, &h200, &nvl72}) {
-    EXPECT_LT(c->gpu.hbm_measured_bandwidth_bytes_per_s, c->gpu.hbm_bandwidth_bytes_per_s) << c->name;
-    EXPECT_LT(c->intra_node.measured_bus_bandwidth_bytes_per_s, c->intra_node.bandwidth_bytes_per_s) << c->name;
-    EXPECT_LE(c->inter_node.measured_bus_bandwidth_bytes_per_s, c->inter_node.bandwidth_bytes_per_s) << c->name;
+    EXPECT_LT(c->gpu.hbm_measured_bandwidth_bytes_per_s, c->gpu.hbm_bandwidth_bytes_per_s)
+        << c->name;
+    EXPECT_LT(c->intra_node.measured_bus_bandwidth_bytes_per_s, c->intra_node.bandwidth_bytes_per_s)
+        << c->name;
+    EXPECT_LE(c->inter_node.measured_bus_bandwidth_bytes_per_s, c->inter_node.bandwidth_bytes_per_s)
+        << c->name;
   }
 }
 
@@ -97,7 +101,8 @@ TEST(ClusterSize, Errors) {
 TEST(ClusterFile, BadFieldsNameTheirPath) {
   const EmbeddedFile& f = cluster_zoo_files().front();
   nlohmann::json good = parse_json_text(f.text, "x");
-  auto expect_error = [&](const nlohmann::json& j, const std::string& field, const std::string& reason) {
+  auto expect_error = [&](const nlohmann::json& j, const std::string& field,
+                          const std::string& reason) {
     testing::expect_input_error([&] { cluster_from_json(j, "my-cluster.json"); }, field, reason,
                                 "my-cluster.json");
   };

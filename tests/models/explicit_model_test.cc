@@ -1,7 +1,8 @@
+#include "models/explicit_model.h"
+
 #include <gtest/gtest.h>
 
 #include "models/error.h"
-#include "models/explicit_model.h"
 #include "models/model_summary.h"
 #include "models/zoo.h"
 #include "tests/expect_input_error.h"
@@ -50,7 +51,8 @@ TEST(ExplicitModel, LinearLeavesGetDefaultCosts) {
   const BatchShape shape{.micro_batch = 1, .seq_len = 10};
   EXPECT_DOUBLE_EQ(forward_flops(m.root, shape), 10 * (2.0 * 8 * 16 + 2.0 * 16 * 8));
   // Inputs saved: 8 and 16 bf16 elements, and the embedding's int64 ids.
-  EXPECT_DOUBLE_EQ(saved_activation_bytes(m.root, shape, Recompute::none), 10 * (2.0 * (8 + 16) + 8));
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(m.root, shape, Recompute::none),
+                   10 * (2.0 * (8 + 16) + 8));
   const ModelSummary s = summarize_model(m, shape);
   // The two blocks differ in size, so they are summarised apart.
   ASSERT_EQ(s.layers.size(), 2u);
@@ -66,7 +68,9 @@ struct BadModel {
   const char* reason;
 };
 
-void PrintTo(const BadModel& bad, std::ostream* os) { *os << bad.name; }
+void PrintTo(const BadModel& bad, std::ostream* os) {
+  *os << bad.name;
+}
 
 nlohmann::json patched(nlohmann::json base, const nlohmann::json& patch) {
   base.merge_patch(patch);
@@ -87,54 +91,75 @@ TEST_P(RejectsBadExplicitModel, NamesTheJsonPath) {
       j[nlohmann::json::json_pointer(pointer)] = value;
     }
   }
-  testing::expect_input_error([&] { model_from_json(j, "m.json"); }, bad.field, bad.reason, "m.json");
+  testing::expect_input_error([&] { model_from_json(j, "m.json"); }, bad.field, bad.reason,
+                              "m.json");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     ExplicitModel, RejectsBadExplicitModel,
     ::testing::Values(
-        BadModel{"negative_dim", {{"/root/children/1/children/0/parameters/0/shape", {16, -8}}},
-                 "/root/children/1/children/0/parameters/0/shape", "must be positive"},
-        BadModel{"duplicate_module", {{"/root/children/1/children/1/name", "0"}},
-                 "/root/children/1/children/1/name", "duplicate module 'blocks.0'"},
-        BadModel{"bad_kind", {{"/root/children/0/cost", {{"kind", "gem"}}}},
-                 "/root/children/0/cost/kind", "did you mean 'gemm'"},
-        BadModel{"token_fraction", {{"/root/children/0/cost", {{"token_fraction", 1.5}}}},
-                 "/root/children/0/cost/token_fraction", "(0, 1]"},
-        BadModel{"misspelt_key", {{"/root/children/0/paramters", nlohmann::json::array()}},
-                 "/root/children/0/paramters", "did you mean 'parameters'"},
-        BadModel{"bad_family", {{"/family", "transformr"}}, "/family", "did you mean 'transformer'"},
-        BadModel{"no_parameters", {{"/root/children", nlohmann::json::array()}}, "/root",
+        BadModel{"negative_dim",
+                 {{"/root/children/1/children/0/parameters/0/shape", {16, -8}}},
+                 "/root/children/1/children/0/parameters/0/shape",
+                 "must be positive"},
+        BadModel{"duplicate_module",
+                 {{"/root/children/1/children/1/name", "0"}},
+                 "/root/children/1/children/1/name",
+                 "duplicate module 'blocks.0'"},
+        BadModel{"bad_kind",
+                 {{"/root/children/0/cost", {{"kind", "gem"}}}},
+                 "/root/children/0/cost/kind",
+                 "did you mean 'gemm'"},
+        BadModel{"token_fraction",
+                 {{"/root/children/0/cost", {{"token_fraction", 1.5}}}},
+                 "/root/children/0/cost/token_fraction",
+                 "(0, 1]"},
+        BadModel{"misspelt_key",
+                 {{"/root/children/0/paramters", nlohmann::json::array()}},
+                 "/root/children/0/paramters",
+                 "did you mean 'parameters'"},
+        BadModel{
+            "bad_family", {{"/family", "transformr"}}, "/family", "did you mean 'transformer'"},
+        BadModel{"no_parameters",
+                 {{"/root/children", nlohmann::json::array()}},
+                 "/root",
                  "no parameters"},
         BadModel{"missing_name", {{"/name", nullptr}}, "/name", "required field is missing"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
-const nlohmann::json kSmallTransformer = nlohmann::json::parse(R"({"name": "t", "family": "transformer",
+const nlohmann::json kSmallTransformer =
+    nlohmann::json::parse(R"({"name": "t", "family": "transformer",
     "vocab_size": 100, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "ffn_hidden_size": 128})");
 
 class RejectsBadTransformer : public ::testing::TestWithParam<BadModel> {};
 
 TEST_P(RejectsBadTransformer, NamesTheField) {
   const BadModel& bad = GetParam();
-  testing::expect_input_error([&] { model_from_json(patched(kSmallTransformer, bad.patch), "t.json"); },
-                              bad.field, bad.reason, "t.json");
+  testing::expect_input_error(
+      [&] { model_from_json(patched(kSmallTransformer, bad.patch), "t.json"); }, bad.field,
+      bad.reason, "t.json");
 }
 
-const nlohmann::json kMoe = {{"family", "moe"}, {"num_experts", 4}, {"experts_per_token", 2},
-                             {"moe_ffn_hidden_size", 32}};
+const nlohmann::json kMoe = {
+    {"family", "moe"}, {"num_experts", 4}, {"experts_per_token", 2}, {"moe_ffn_hidden_size", 32}};
 
 INSTANTIATE_TEST_SUITE_P(
     TransformerFile, RejectsBadTransformer,
     ::testing::Values(
-        BadModel{"missing_hidden", {{"hidden_size", nullptr}}, "/hidden_size", "required field is missing"},
+        BadModel{"missing_hidden",
+                 {{"hidden_size", nullptr}},
+                 "/hidden_size",
+                 "required field is missing"},
         BadModel{"negative_layers", {{"num_layers", -3}}, "/num_layers", "must be positive"},
         BadModel{"zero_vocab", {{"vocab_size", 0}}, "/vocab_size", "must be positive"},
         BadModel{"heads_do_not_divide", {{"num_heads", 5}}, "/num_heads", "not divisible"},
         BadModel{"kv_heads", {{"num_kv_heads", 3}}, "/num_kv_heads", "not a multiple"},
         BadModel{"mlp", {{"mlp", "relu"}}, "/mlp", "unknown mlp 'relu'"},
         BadModel{"misspelt_key", {{"hiden_size", 64}}, "/hiden_size", "did you mean 'hidden_size'"},
-        BadModel{"learned_without_size", {{"position_embedding", "learned"}},
-                 "/max_position_embeddings", "required"},
+        BadModel{"learned_without_size",
+                 {{"position_embedding", "learned"}},
+                 "/max_position_embeddings",
+                 "required"},
         BadModel{"moe_field_on_dense", {{"num_experts", 8}}, "/num_experts", "unknown field"},
         BadModel{"too_many_routed", patched(kMoe, {{"experts_per_token", 5}}), "/experts_per_token",
                  "exceeds num_experts"},
@@ -144,7 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 TEST(TransformerFile, MoeLayersPickWhichLayersAreSparse) {
-  const ModelSpec moe = model_from_json(patched(kSmallTransformer, patched(kMoe, {{"moe_layers", {1}}})), "t.json");
+  const ModelSpec moe =
+      model_from_json(patched(kSmallTransformer, patched(kMoe, {{"moe_layers", {1}}})), "t.json");
   EXPECT_EQ(find_module(moe.root, "layers.0")->type, "DecoderLayer");
   EXPECT_EQ(find_module(moe.root, "layers.1")->type, "MoEDecoderLayer");
   EXPECT_NE(find_module(moe.root, "layers.1.mlp.experts.3.down_proj"), nullptr);

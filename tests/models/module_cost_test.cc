@@ -1,9 +1,10 @@
 // FLOPs and saved activations against closed forms worked out independently of the
 // builder: the PaLM/Megatron FLOPs convention and Korthikanti et al. (2022) Table 2.
+#include "models/module_cost.h"
+
 #include <gtest/gtest.h>
 
 #include "models/error.h"
-#include "models/module_cost.h"
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
 
@@ -42,7 +43,8 @@ TEST(Flops, ModelFlopsMatchPalmConventionWithinTwoPercent) {
       const BatchShape shape{.micro_batch = 1, .seq_len = seq};
       const double per_token = model_training_flops(model.root, shape) / static_cast<double>(seq);
       // PaLM (Chowdhery et al. 2022, App. B): 6·N + 12·L·h·s, attention not halved.
-      const double palm = 6.0 * matmul_parameters(m) + 12.0 * m.layers * m.hidden * static_cast<double>(seq);
+      const double palm =
+          6.0 * matmul_parameters(m) + 12.0 * m.layers * m.hidden * static_cast<double>(seq);
       EXPECT_NEAR(per_token / palm, 1.0, 0.02) << m.name << " at seq_len " << seq;
       // Our count is exact against the same terms (no norms/biases in matmuls).
       EXPECT_NEAR(per_token / palm, 1.0, 1e-9) << m.name << " at seq_len " << seq;
@@ -59,7 +61,8 @@ TEST(Flops, ExecutedForwardHalvesCausalAttention) {
   const double expected = tokens * (2.0 * matmul_parameters(m) + 2.0 * m.layers * m.hidden * 4096);
   EXPECT_NEAR(forward_flops(model.root, shape) / expected, 1.0, 1e-12);
   // Backward: 2× the matmuls, 2.5× flash attention's forward.
-  const double backward = tokens * (4.0 * matmul_parameters(m) + 2.5 * 2.0 * m.layers * m.hidden * 4096);
+  const double backward =
+      tokens * (4.0 * matmul_parameters(m) + 2.5 * 2.0 * m.layers * m.hidden * 4096);
   EXPECT_NEAR(backward_flops(model.root, shape) / backward, 1.0, 1e-12);
 }
 
@@ -144,8 +147,10 @@ TEST(Activations, ScaleLinearlyWithMicroBatchAndDtype) {
     EXPECT_DOUBLE_EQ(three, 3.0 * one) << recompute_name(r);
   }
   const Module* layer = find_module(model.root, "layers.0");
-  const double bf16 = saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 2}, Recompute::none);
-  const double fp32 = saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 4}, Recompute::none);
+  const double bf16 =
+      saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 2}, Recompute::none);
+  const double fp32 =
+      saved_activation_bytes(*layer, {.seq_len = 128, .activation_bytes = 4}, Recompute::none);
   EXPECT_GT(fp32, 1.9 * bf16);
   EXPECT_LT(fp32, 2.0 * bf16) << "fp32 statistics do not double";
 }

@@ -1,9 +1,10 @@
 // The zoo against published parameter counts (independent references: model cards and
 // papers, cited in each zoo file).
+#include "models/zoo.h"
+
 #include <gtest/gtest.h>
 
 #include "models/error.h"
-#include "models/zoo.h"
 
 namespace shardplan {
 namespace {

@@ -1,8 +1,9 @@
+#include "planner/fsdp_config.h"
+
 #include <gtest/gtest.h>
 
 #include "models/error.h"
 #include "models/zoo.h"
-#include "planner/fsdp_config.h"
 
 namespace shardplan {
 namespace {
@@ -18,8 +19,8 @@ TEST(FsdpConfig, DefaultsFollowMegatronFsdp) {
   EXPECT_TRUE(c.async_reduce);  // overlap_grad_reduce=True
   EXPECT_EQ(c.max_live_grad_buffers, 2);
   EXPECT_EQ(c.param_dtype, DType::bf16);
-  EXPECT_EQ(c.main_param_dtype, DType::fp32);   // preserve_fp32_weights=True
-  EXPECT_EQ(c.main_grad_dtype, DType::bf16);    // grad_reduce_in_fp32=False
+  EXPECT_EQ(c.main_param_dtype, DType::fp32);  // preserve_fp32_weights=True
+  EXPECT_EQ(c.main_grad_dtype, DType::bf16);   // grad_reduce_in_fp32=False
   EXPECT_EQ(c.grad_reduce_dtype, DType::bf16);
   EXPECT_EQ(c.optimizer, Optimizer::adam);
   EXPECT_EQ(c.allocator, Allocator::caching);
@@ -115,9 +116,13 @@ TEST_P(RejectsBadConfig, NamesTheField) {
 INSTANTIATE_TEST_SUITE_P(
     FsdpConfig, RejectsBadConfig,
     ::testing::Values(
-        BadConfig{"unknown_key", {{"sharding_strategie", "optim"}}, "/sharding_strategie",
+        BadConfig{"unknown_key",
+                  {{"sharding_strategie", "optim"}},
+                  "/sharding_strategie",
                   "did you mean 'sharding_strategy'"},
-        BadConfig{"bad_strategy", {{"sharding_strategy", "zero3"}}, "/sharding_strategy",
+        BadConfig{"bad_strategy",
+                  {{"sharding_strategy", "zero3"}},
+                  "/sharding_strategy",
                   "unknown sharding_strategy value"},
         BadConfig{"zero_dp_shard", {{"dp_shard", 0}}, "/dp_shard", "must be positive"},
         BadConfig{"negative_outer", {{"dp_outer", -2}}, "/dp_outer", "must be positive"},
@@ -125,37 +130,52 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_grad_accum", {{"grad_accum", 0}}, "/grad_accum", "must be positive"},
         BadConfig{"negative_seq", {{"seq_len", -1}}, "/seq_len", "must be positive"},
         BadConfig{"zero_bucket", {{"bucket_bytes", 0}}, "/bucket_bytes", "must be positive"},
-        BadConfig{"negative_prefetch", {{"forward_prefetch", -1}}, "/forward_prefetch",
+        BadConfig{"negative_prefetch",
+                  {{"forward_prefetch", -1}},
+                  "/forward_prefetch",
                   "must not be negative"},
-        BadConfig{"zero_live_grads", {{"max_live_grad_buffers", 0}}, "/max_live_grad_buffers",
+        BadConfig{"zero_live_grads",
+                  {{"max_live_grad_buffers", 0}},
+                  "/max_live_grad_buffers",
                   "must be positive"},
         BadConfig{"string_size", {{"micro_batch", "two"}}, "/micro_batch", "expected an integer"},
         BadConfig{"fractional_size", {{"micro_batch", 1.5}}, "/micro_batch", "expected an integer"},
         BadConfig{"bad_dtype", {{"param_dtype", "bf17"}}, "/param_dtype", "did you mean 'bf16'"},
         BadConfig{"fp8_params", {{"param_dtype", "fp8"}}, "/param_dtype", "fp8_param_gather"},
-        BadConfig{"fp8_main_grads", {{"main_grad_dtype", "fp8"}}, "/main_grad_dtype",
+        BadConfig{"fp8_main_grads",
+                  {{"main_grad_dtype", "fp8"}},
+                  "/main_grad_dtype",
                   "fp32, bf16 or fp16"},
         BadConfig{"bad_recompute", {{"recompute", "partial"}}, "/recompute", "unknown recompute"},
         BadConfig{"fp8_without_zero3",
                   {{"fp8_param_gather", true}, {"sharding_strategy", "optim_grads"}},
-                  "/fp8_param_gather", "optim_grads_params"},
-        BadConfig{"recipe_without_fp8", {{"fp8_recipe", "mxfp8"}}, "/fp8_recipe",
+                  "/fp8_param_gather",
+                  "optim_grads_params"},
+        BadConfig{
+            "recipe_without_fp8", {{"fp8_recipe", "mxfp8"}}, "/fp8_recipe", "fp8_param_gather"},
+        BadConfig{"transpose_without_fp8",
+                  {{"keep_fp8_transpose_cache", true}},
+                  "/keep_fp8_transpose_cache",
                   "fp8_param_gather"},
-        BadConfig{"transpose_without_fp8", {{"keep_fp8_transpose_cache", true}},
-                  "/keep_fp8_transpose_cache", "fp8_param_gather"},
         BadConfig{"fine_grained_without_zero3",
                   {{"fine_grained_param_gather", true}, {"sharding_strategy", "optim"}},
-                  "/fine_grained_param_gather", "optim_grads_params"},
-        BadConfig{"outer_optim_without_zero3",
-                  {{"outer_strategy", "optim"}, {"dp_outer", 2}, {"sharding_strategy", "optim_grads"}},
-                  "/outer_strategy", "optim_grads_params"},
-        BadConfig{"outer_optim_without_outer", {{"outer_strategy", "optim"}}, "/outer_strategy",
+                  "/fine_grained_param_gather",
+                  "optim_grads_params"},
+        BadConfig{
+            "outer_optim_without_zero3",
+            {{"outer_strategy", "optim"}, {"dp_outer", 2}, {"sharding_strategy", "optim_grads"}},
+            "/outer_strategy",
+            "optim_grads_params"},
+        BadConfig{"outer_optim_without_outer",
+                  {{"outer_strategy", "optim"}},
+                  "/outer_strategy",
                   "dp_outer"},
         BadConfig{"double_buffer_no_shard",
-                  {{"double_buffer", true}, {"sharding_strategy", "no_shard"}}, "/double_buffer",
+                  {{"double_buffer", true}, {"sharding_strategy", "no_shard"}},
+                  "/double_buffer",
                   "optim_grads"},
-        BadConfig{"empty_units", {{"unit_modules", json::array()}}, "/unit_modules",
-                  "at least one"},
+        BadConfig{
+            "empty_units", {{"unit_modules", json::array()}}, "/unit_modules", "at least one"},
         BadConfig{"bad_bool", {{"async_reduce", "yes"}}, "/async_reduce", "true or false"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
@@ -163,7 +183,9 @@ TEST(FsdpConfig, NotAnObject) {
   EXPECT_THROW(fsdp_config_from_json(json::array(), "cfg"), InputError);
 }
 
-ClusterSpec h100_nodes(int64_t nodes) { return load_cluster("dgx-h100", nodes, std::nullopt); }
+ClusterSpec h100_nodes(int64_t nodes) {
+  return load_cluster("dgx-h100", nodes, std::nullopt);
+}
 
 TEST(ResolveConfig, DerivesDpShardFromTheGpuCount) {
   const ModelSpec model = load_model("tiny");
@@ -176,7 +198,8 @@ TEST(ResolveConfig, DerivesDpShardFromTheGpuCount) {
 TEST(ResolveConfig, ProductMustEqualTheGpuCount) {
   const ModelSpec model = load_model("tiny");
   try {
-    resolve_fsdp_config(fsdp_config_from_json({{"dp_shard", 3}}, "cfg"), model, h100_nodes(1), "cfg");
+    resolve_fsdp_config(fsdp_config_from_json({{"dp_shard", 3}}, "cfg"), model, h100_nodes(1),
+                        "cfg");
     FAIL();
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "/dp_shard");

@@ -1,5 +1,7 @@
 // The closed-form memory picture against the ZeRO formulas (Rajbhandari et al. 2020) and
 // DeepSpeed's published estimators, computed independently here.
+#include "planner/memory_estimate.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include "models/zoo.h"
 #include "planner/fsdp_config.h"
 #include "planner/fsdp_units.h"
-#include "planner/memory_estimate.h"
 
 namespace shardplan {
 namespace {
@@ -23,8 +24,8 @@ Job llama8b_on(int64_t nodes) {
 }
 
 MemoryEstimate estimate(const Job& job, const nlohmann::json& config) {
-  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json(config, "cfg"), job.model,
-                                           job.cluster, "cfg");
+  const FsdpConfig c =
+      resolve_fsdp_config(fsdp_config_from_json(config, "cfg"), job.model, job.cluster, "cfg");
   return estimate_memory(job.model, job.cluster, c);
 }
 
@@ -33,7 +34,9 @@ constexpr double kLayer = 4096.0 * (4096 + 1024 + 1024 + 4096) + 3.0 * 4096 * 14
 constexpr double kRoot = 2.0 * 128256 * 4096 + 4096;
 constexpr double kTotal = 32 * kLayer + kRoot;
 
-double sharded(double n) { return 32 * std::ceil(kLayer / n) + std::ceil(kRoot / n); }
+double sharded(double n) {
+  return 32 * std::ceil(kLayer / n) + std::ceil(kRoot / n);
+}
 
 TEST(MemoryEstimate, PersistentBytesFollowTheStrategyTable) {
   const Job job = llama8b_on(1);
@@ -72,8 +75,7 @@ TEST(MemoryEstimate, MatchesDeepSpeedZero3ModelStates) {
 
 TEST(MemoryEstimate, HsdpOuterOptimShardsOptimizerOverAllRanks) {
   const Job job = llama8b_on(2);
-  const MemoryEstimate e =
-      estimate(job, {{"dp_outer", 2}, {"outer_strategy", "optim"}});
+  const MemoryEstimate e = estimate(job, {{"dp_outer", 2}, {"outer_strategy", "optim"}});
   EXPECT_EQ(e.dp_shard, 8);
   EXPECT_DOUBLE_EQ(e.optimizer_states, 8 * sharded(16));
   EXPECT_DOUBLE_EQ(e.main_weights, 4 * sharded(16));
@@ -137,8 +139,8 @@ TEST(MemoryEstimate, TotalIsTheSumAndFitsIsTheSign) {
   for (int64_t micro_batch : {1, 4}) {
     const MemoryEstimate e = estimate(job, {{"micro_batch", micro_batch}});
     const double sum = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
-                       e.double_buffers + e.unsharded_weights + e.unsharded_grads +
-                       e.activations + e.non_tensor;
+                       e.double_buffers + e.unsharded_weights + e.unsharded_grads + e.activations +
+                       e.non_tensor;
     EXPECT_DOUBLE_EQ(e.total, sum);
     EXPECT_DOUBLE_EQ(e.headroom, e.capacity - e.total);
     EXPECT_EQ(e.fits, e.headroom >= 0);
@@ -155,8 +157,10 @@ TEST(MemoryEstimate, MoreShardingNeverRaisesPersistentMemory) {
       const Job job{load_model(name), load_cluster("dgx-h100", nodes, std::nullopt)};
       double previous = INFINITY;
       for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-        const MemoryEstimate e = estimate(job, {{"sharding_strategy", strategy}, {"seq_len", 2048}});
-        const double persistent = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states;
+        const MemoryEstimate e =
+            estimate(job, {{"sharding_strategy", strategy}, {"seq_len", 2048}});
+        const double persistent =
+            e.model_weights + e.main_weights + e.main_grads + e.optimizer_states;
         EXPECT_LE(persistent, previous) << name << " " << strategy << " on " << nodes;
         previous = persistent;
       }
