@@ -204,6 +204,13 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
            "needs optim_grads or optim_grads_params: other strategies have "
            "no transient unsharded buffers to double-buffer");
   }
+  if (c.double_buffer && (c.forward_prefetch > 1 || c.backward_prefetch > 1)) {
+    r.fail(c.forward_prefetch > 1 ? "forward_prefetch" : "backward_prefetch",
+           "double_buffer holds two units at a time, so prefetch must be 0 or 1");
+  }
+  if (c.double_buffer && c.max_live_grad_buffers > 2) {
+    r.fail("max_live_grad_buffers", "double_buffer holds two gradient buffers, so at most 2");
+  }
   return c;
 }
 

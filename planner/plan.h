@@ -1,0 +1,146 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/dtype.h"
+#include "planner/fsdp_config.h"
+
+namespace shardplan {
+
+// plan.json schema version; bump on any incompatible change (docs/formats.md).
+inline constexpr int kPlanVersion = 1;
+
+enum class Stream { compute, ag, rs, outer };
+enum class OpKind {
+  all_gather,
+  reduce_scatter,
+  all_reduce,
+  forward,
+  backward,
+  recompute,
+  optimizer_step,
+};
+// The ranks a collective runs over.
+enum class CommGroup { none, dp_shard, dp_outer };
+enum class BufferRole {
+  model_weight,           // param dtype (FP8 with fp8_param_gather), sharded under ZeRO-3
+  fp8_columnwise_weight,  // MXFP8's column-wise copy
+  fp8_transpose_cache,    // keep_fp8_transpose_cache: transposed FP8 weights kept for backward
+  main_weight,            // fp32 master weights
+  main_grad,
+  optimizer_state,        // Adam: two per group; SGD: one (momentum)
+  unsharded_weight,       // all-gather output, live from unshard to reshard
+  unsharded_grad,         // reduce-scatter input, live from backward to the drain
+  activations,            // saved for backward, one unit and micro-batch
+  recompute_activations,  // full recompute: re-created inside the unit's backward
+  double_buffer,          // double_buffer: persistent unsharded buffers
+};
+
+std::string_view stream_name(Stream s);
+std::string_view op_kind_name(OpKind k);
+std::string_view comm_group_name(CommGroup g);
+std::string_view buffer_role_name(BufferRole r);
+
+// One flat buffer's worth of parameters: a unit's parameters of one (dtype,
+// requires_grad), split further by bucket_bytes. Padded so it divides into equal shards
+// of a multiple of kShardAlignElements elements over the ranks that shard it.
+struct ParamGroup {
+  int64_t id = 0;
+  int64_t unit = 0;
+  DType dtype = DType::bf16;
+  bool requires_grad = true;
+  int64_t elements = 0;         // parameters in the group
+  int64_t padded_elements = 0;  // after padding
+  int64_t shard_elements = 0;   // per dp_shard rank: padded / dp_shard
+  std::vector<std::string> parameters;  // fully-qualified names, in layout order
+};
+
+// Each shard is a multiple of 256 elements, so shards of every dtype (1 to 4 bytes) start
+// on 256-byte boundaries (what cudaMalloc and NCCL favour).
+inline constexpr int64_t kShardAlignElements = 256;
+
+struct PlanUnit {
+  int64_t id = 0;
+  std::string name;  // the wrapped module; "" for the root unit
+  int64_t parameters = 0;
+  std::vector<int64_t> groups;
+};
+
+// A contiguous run of traced modules belonging to one unit: a layer, or the root's
+// modules before and after the layers.
+struct PlanSegment {
+  int64_t id = 0;
+  int64_t unit = 0;
+  std::string label;  // module names joined by '+'
+  std::vector<std::string> modules;
+  double forward_flops = 0;   // one micro-batch
+  double backward_flops = 0;  // one micro-batch
+  double io_bytes = 0;        // activation bytes read + written by memory-bound work (forward)
+  double activation_bytes = 0;  // saved for backward under the config's recompute
+  double full_activation_bytes = 0;  // saved without recompute (re-created under full)
+  bool checkpointed = false;  // re-run in backward under full recompute
+};
+
+struct PlanBuffer {
+  int64_t id = 0;
+  BufferRole role = BufferRole::model_weight;
+  int64_t unit = -1;         // -1: not tied to a unit
+  int64_t group = -1;        // parameter group, -1 for activations
+  int64_t micro_batch = -1;  // -1: every micro-batch
+  DType dtype = DType::bf16;
+  int64_t bytes = 0;
+  bool persistent = true;
+  bool sharded = false;
+  // Transient buffers are live over ops [live_begin, live_end) in op order (half-open:
+  // a buffer freed at op t and one allocated at t may share bytes).
+  int64_t live_begin = 0;
+  int64_t live_end = 0;
+  int64_t offset = -1;  // byte offset in the pool; -1 for persistent buffers
+  std::string name;
+};
+
+struct PlanOp {
+  int64_t id = 0;
+  Stream stream = Stream::compute;
+  OpKind kind = OpKind::forward;
+  int64_t unit = -1;
+  int64_t segment = -1;      // compute ops
+  int64_t micro_batch = -1;  // -1: once per step
+  std::string name;          // "ag_fwd layers.0 mb0"
+  double bytes = 0;  // collectives: message size as nccl-tests counts it; compute: HBM traffic
+  double flops = 0;
+  CommGroup group = CommGroup::none;
+  int64_t group_ranks = 1;
+  std::vector<int64_t> deps;    // ops that must finish first (ids below this op's)
+  std::vector<int64_t> reads;   // buffer ids
+  std::vector<int64_t> writes;  // buffer ids
+};
+
+struct PoolPlan {
+  std::string algorithm;
+  int64_t alignment_bytes = 256;
+  int64_t size_bytes = 0;
+  int64_t lower_bound_bytes = 0;  // largest total of live transient bytes at any op
+};
+
+struct Plan {
+  int version = kPlanVersion;
+  std::string model;
+  std::string cluster;
+  int64_t num_gpus = 0;
+  int64_t gpus_per_node = 0;
+  FsdpConfig config;  // resolved: dp_shard set
+  std::vector<PlanUnit> units;
+  std::vector<ParamGroup> groups;
+  std::vector<PlanSegment> segments;
+  std::vector<PlanBuffer> buffers;
+  std::vector<PlanOp> ops;
+  PoolPlan pool;
+  int64_t non_tensor_bytes = 0;
+  int64_t capacity_bytes = 0;
+};
+
+}  // namespace shardplan

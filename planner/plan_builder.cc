@@ -1,0 +1,151 @@
+#include "planner/plan_builder.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "planner/fsdp_units.h"
+#include "planner/param_groups.h"
+#include "planner/schedule.h"
+#include "planner/segments.h"
+
+namespace shardplan {
+namespace {
+
+void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DType dtype, int64_t bytes,
+                    bool sharded, std::string name) {
+  plan.buffers.push_back(PlanBuffer{.id = static_cast<int64_t>(plan.buffers.size()),
+                                    .role = role,
+                                    .unit = unit,
+                                    .group = group,
+                                    .dtype = dtype,
+                                    .bytes = bytes,
+                                    .persistent = true,
+                                    .sharded = sharded,
+                                    .name = std::move(name)});
+}
+
+// Persistent buffers per group, by the strategy table (DESIGN.md, docs/model.md).
+void add_persistent_buffers(Plan& plan) {
+  const FsdpConfig& c = plan.config;
+  const bool shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params;
+  const bool shard_grads = shard_params || c.sharding_strategy == ShardingStrategy::optim_grads;
+  const bool shard_optimizer = c.sharding_strategy != ShardingStrategy::no_shard;
+  const int64_t optimizer_ranks =
+      c.dp_shard * (c.outer_strategy == OuterStrategy::optim ? c.dp_outer : 1);
+  const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
+  for (const ParamGroup& g : plan.groups) {
+    const std::string where = fmt::format("{} g{}", plan.units[static_cast<std::size_t>(g.unit)].name.empty()
+                                                        ? "<root>"
+                                                        : plan.units[static_cast<std::size_t>(g.unit)].name,
+                                          g.id);
+    const int64_t weight_elements = shard_params ? g.shard_elements : g.padded_elements;
+    const DType weight_dtype = c.fp8_param_gather ? DType::fp8_e4m3 : g.dtype;
+    add_persistent(plan, BufferRole::model_weight, g.unit, g.id, weight_dtype,
+                   weight_elements * dtype_bytes(weight_dtype), shard_params, "model_weight " + where);
+    if (c.fp8_param_gather && c.fp8_recipe == Fp8Recipe::mxfp8) {
+      add_persistent(plan, BufferRole::fp8_columnwise_weight, g.unit, g.id, DType::fp8_e4m3, weight_elements,
+                     shard_params, "fp8_columnwise_weight " + where);
+    }
+    if (!g.requires_grad) continue;
+    const int64_t optimizer_elements = shard_optimizer ? g.padded_elements / optimizer_ranks : g.padded_elements;
+    if (main_copy) {
+      add_persistent(plan, BufferRole::main_weight, g.unit, g.id, c.main_param_dtype,
+                     optimizer_elements * dtype_bytes(c.main_param_dtype), shard_optimizer, "main_weight " + where);
+    }
+    add_persistent(plan, BufferRole::main_grad, g.unit, g.id, c.main_grad_dtype,
+                   (shard_grads ? g.shard_elements : g.padded_elements) * dtype_bytes(c.main_grad_dtype), shard_grads,
+                   "main_grad " + where);
+    const int states = c.optimizer == Optimizer::adam ? 2 : 1;
+    for (int state = 0; state < states; ++state) {
+      add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32, optimizer_elements * 4,
+                     shard_optimizer, fmt::format("optimizer_state{} {}", state, where));
+    }
+  }
+  if (c.double_buffer) {
+    // Two persistent buffers for unsharded weights and two for gradients, sized for the
+    // largest layer unit (Megatron-FSDP v1's MaxPoolAllocator).
+    int64_t largest_weight = 0;
+    int64_t largest_grad = 0;
+    const int64_t gather_bytes = c.fp8_param_gather ? 1 : dtype_bytes(c.param_dtype);
+    for (const PlanUnit& unit : plan.units) {
+      if (unit.id == 0) continue;
+      int64_t weight = 0;
+      int64_t grad = 0;
+      for (int64_t gid : unit.groups) {
+        const ParamGroup& g = plan.groups[static_cast<std::size_t>(gid)];
+        weight += g.padded_elements * gather_bytes;
+        if (g.requires_grad) grad += g.padded_elements * dtype_bytes(c.grad_reduce_dtype);
+      }
+      largest_weight = std::max(largest_weight, weight);
+      largest_grad = std::max(largest_grad, grad);
+    }
+    if (!shard_params) largest_weight = 0;
+    for (int i = 0; i < 2; ++i) {
+      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype,
+                     largest_weight, false, fmt::format("double_buffer weight{}", i));
+    }
+    for (int i = 0; i < 2; ++i) {
+      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.grad_reduce_dtype, largest_grad, false,
+                     fmt::format("double_buffer grad{}", i));
+    }
+  }
+}
+
+}  // namespace
+
+void pack_pool(Plan& plan, const OffsetAssigner& assigner) {
+  std::vector<PoolRequest> requests;
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < plan.buffers.size(); ++i) {
+    const PlanBuffer& b = plan.buffers[i];
+    if (b.persistent) continue;
+    requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
+    index.push_back(i);
+  }
+  const PoolAssignment assignment = assigner.assign(requests, plan.pool.alignment_bytes);
+  for (std::size_t k = 0; k < index.size(); ++k) plan.buffers[index[k]].offset = assignment.offsets[k];
+  plan.pool.algorithm = std::string(assigner.name());
+  plan.pool.size_bytes = assignment.size_bytes;
+  plan.pool.lower_bound_bytes = live_bytes_lower_bound(requests);
+}
+
+StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& c) {
+  const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
+  std::vector<std::string> names;
+  std::vector<bool> checkpointed;
+  for (const TracedModule& t : traced_modules(model, units)) {
+    names.push_back(t.module->name);
+    checkpointed.push_back(t.unit != 0);
+  }
+  return generate_step_trace(model, std::move(names), std::move(checkpointed), c.grad_accum, c.recompute);
+}
+
+Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& c,
+                const OffsetAssigner* assigner) {
+  Plan plan;
+  plan.model = model.name;
+  plan.cluster = cluster.name;
+  plan.num_gpus = cluster.num_gpus;
+  plan.gpus_per_node = cluster.gpus_per_node;
+  plan.config = c;
+  plan.non_tensor_bytes = cluster.non_tensor_bytes;
+  plan.capacity_bytes = cluster.gpu.hbm_bytes;
+
+  const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
+  plan.groups = build_param_groups(model, units, c, plan.units);
+  const BatchShape shape{.micro_batch = c.micro_batch,
+                         .seq_len = c.seq_len,
+                         .activation_bytes = dtype_bytes(c.param_dtype)};
+  plan.segments = build_segments(traced_modules(model, units), shape, c.recompute);
+  add_persistent_buffers(plan);
+  build_schedule(plan);
+  if (assigner != nullptr) {
+    pack_pool(plan, *assigner);
+  } else {
+    pack_pool(plan, *make_slots_assigner());
+  }
+  return plan;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <memory>
+
+#include "models/cluster_spec.h"
+#include "models/model_spec.h"
+#include "planner/fsdp_config.h"
+#include "planner/plan.h"
+#include "planner/pool.h"
+#include "traces/step_trace.h"
+
+namespace shardplan {
+
+// Turns (model, cluster, resolved config) into a Plan: FSDP units and their parameter
+// groups, persistent buffers by the strategy table, the op schedule with every transient
+// buffer's live interval, and the pool those buffers are packed into by `assigner`
+// (default: the slots baseline). The result passes validate_plan.
+Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& resolved_config,
+                const OffsetAssigner* assigner = nullptr);
+
+// The step trace the plan follows: the traced modules (units and the root's other
+// modules) through grad_accum micro-batches.
+StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& resolved_config);
+
+// Places the plan's transient buffers with `assigner` and fills plan.pool.
+void pack_pool(Plan& plan, const OffsetAssigner& assigner);
+
+}  // namespace shardplan

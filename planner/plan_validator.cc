@@ -1,0 +1,168 @@
+#include "planner/plan_validator.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace shardplan {
+
+std::string_view plan_error_kind_name(PlanErrorKind kind) {
+  switch (kind) {
+    case PlanErrorKind::bad_dependency:
+      return "bad_dependency";
+    case PlanErrorKind::bad_buffer_ref:
+      return "bad_buffer_ref";
+    case PlanErrorKind::bad_interval:
+      return "bad_interval";
+    case PlanErrorKind::buffer_not_live:
+      return "buffer_not_live";
+    case PlanErrorKind::misaligned_offset:
+      return "misaligned_offset";
+    case PlanErrorKind::outside_pool:
+      return "outside_pool";
+    case PlanErrorKind::overlapping_buffers:
+      return "overlapping_buffers";
+    case PlanErrorKind::size_mismatch:
+      return "size_mismatch";
+  }
+  return "?";
+}
+
+std::optional<PlanError> validate_plan(const Plan& plan) {
+  const auto num_ops = static_cast<int64_t>(plan.ops.size());
+  const auto num_buffers = static_cast<int64_t>(plan.buffers.size());
+  for (int64_t i = 0; i < num_buffers; ++i) {
+    if (plan.buffers[static_cast<std::size_t>(i)].id != i) {
+      return PlanError{PlanErrorKind::bad_buffer_ref, fmt::format("buffer at index {} has id {}", i, plan.buffers[static_cast<std::size_t>(i)].id)};
+    }
+  }
+  for (int64_t i = 0; i < num_ops; ++i) {
+    const PlanOp& op = plan.ops[static_cast<std::size_t>(i)];
+    if (op.id != i) {
+      return PlanError{PlanErrorKind::bad_dependency, fmt::format("op '{}' at index {} has id {}", op.name, i, op.id)};
+    }
+    for (int64_t dep : op.deps) {
+      if (dep < 0 || dep >= i) {
+        return PlanError{PlanErrorKind::bad_dependency,
+                         fmt::format("op {} '{}' depends on op {}, which does not come before it", i, op.name, dep)};
+      }
+    }
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (int64_t b : *list) {
+        if (b < 0 || b >= num_buffers) {
+          return PlanError{PlanErrorKind::bad_buffer_ref,
+                           fmt::format("op {} '{}' uses buffer {}, which does not exist", i, op.name, b)};
+        }
+        const PlanBuffer& buffer = plan.buffers[static_cast<std::size_t>(b)];
+        if (!buffer.persistent && (i < buffer.live_begin || i >= buffer.live_end)) {
+          return PlanError{PlanErrorKind::buffer_not_live,
+                           fmt::format("op {} '{}' uses buffer {} '{}' outside its live ops [{}, {})", i,
+                                       op.name, b, buffer.name, buffer.live_begin, buffer.live_end)};
+        }
+      }
+    }
+  }
+
+  const int64_t alignment = plan.pool.alignment_bytes;
+  std::vector<const PlanBuffer*> transient;
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.bytes < 0) {
+      return PlanError{PlanErrorKind::size_mismatch, fmt::format("buffer {} '{}' has negative size", b.id, b.name)};
+    }
+    if (b.persistent) {
+      if (b.offset >= 0) {
+        return PlanError{PlanErrorKind::outside_pool,
+                         fmt::format("persistent buffer {} '{}' has a pool offset", b.id, b.name)};
+      }
+      continue;
+    }
+    if (b.live_begin < 0 || b.live_begin >= b.live_end || b.live_end > num_ops) {
+      return PlanError{PlanErrorKind::bad_interval,
+                       fmt::format("buffer {} '{}' has live ops [{}, {}) in a plan of {} ops", b.id, b.name,
+                                   b.live_begin, b.live_end, num_ops)};
+    }
+    if (b.offset < 0 || (alignment > 0 && b.offset % alignment != 0)) {
+      return PlanError{PlanErrorKind::misaligned_offset,
+                       fmt::format("buffer {} '{}' at offset {} is not aligned to {} bytes", b.id, b.name,
+                                   b.offset, alignment)};
+    }
+    if (b.offset + b.bytes > plan.pool.size_bytes) {
+      return PlanError{PlanErrorKind::outside_pool,
+                       fmt::format("buffer {} '{}' ends at {} past the pool of {} bytes", b.id, b.name,
+                                   b.offset + b.bytes, plan.pool.size_bytes)};
+    }
+    transient.push_back(&b);
+  }
+
+  // Sweep over time, keeping the live buffers ordered by offset: a valid plan's live
+  // buffers are disjoint, so a newcomer need only be checked against its neighbours.
+  std::sort(transient.begin(), transient.end(), [](const PlanBuffer* a, const PlanBuffer* b) {
+    return a->live_begin != b->live_begin ? a->live_begin < b->live_begin : a->id < b->id;
+  });
+  std::multimap<int64_t, const PlanBuffer*> live_by_offset;
+  std::multimap<int64_t, const PlanBuffer*> live_by_end;
+  auto overlap = [](const PlanBuffer* a, const PlanBuffer* b) {
+    return a->bytes > 0 && b->bytes > 0 && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+  };
+  auto report = [](const PlanBuffer* a, const PlanBuffer* b) {
+    return PlanError{PlanErrorKind::overlapping_buffers,
+                     fmt::format("buffers {} '{}' [{}, {}) and {} '{}' [{}, {}) share bytes while both are live "
+                                 "(ops [{}, {}) and [{}, {}))",
+                                 a->id, a->name, a->offset, a->offset + a->bytes, b->id, b->name, b->offset,
+                                 b->offset + b->bytes, a->live_begin, a->live_end, b->live_begin, b->live_end)};
+  };
+  for (const PlanBuffer* b : transient) {
+    while (!live_by_end.empty() && live_by_end.begin()->first <= b->live_begin) {
+      const PlanBuffer* done = live_by_end.begin()->second;
+      live_by_end.erase(live_by_end.begin());
+      auto range = live_by_offset.equal_range(done->offset);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == done) {
+          live_by_offset.erase(it);
+          break;
+        }
+      }
+    }
+    auto next = live_by_offset.lower_bound(b->offset);
+    // Every buffer starting at or after b's offset up to its end, and the one before.
+    for (auto it = next; it != live_by_offset.end() && it->first < b->offset + std::max<int64_t>(b->bytes, 1); ++it) {
+      if (overlap(it->second, b)) return report(it->second, b);
+    }
+    if (next != live_by_offset.begin() && overlap(std::prev(next)->second, b)) {
+      return report(std::prev(next)->second, b);
+    }
+    live_by_offset.emplace(b->offset, b);
+    live_by_end.emplace(b->live_end, b);
+  }
+
+  if (plan.pool.size_bytes < plan.pool.lower_bound_bytes) {
+    return PlanError{PlanErrorKind::size_mismatch,
+                     fmt::format("pool of {} bytes is below its lower bound of {}", plan.pool.size_bytes,
+                                 plan.pool.lower_bound_bytes)};
+  }
+  for (const PlanUnit& unit : plan.units) {
+    int64_t elements = 0;
+    for (int64_t g : unit.groups) {
+      if (g < 0 || g >= static_cast<int64_t>(plan.groups.size())) {
+        return PlanError{PlanErrorKind::size_mismatch, fmt::format("unit {} names group {}", unit.id, g)};
+      }
+      const ParamGroup& group = plan.groups[static_cast<std::size_t>(g)];
+      if (group.padded_elements < group.elements || group.shard_elements * plan.config.dp_shard != group.padded_elements) {
+        return PlanError{PlanErrorKind::size_mismatch,
+                         fmt::format("group {} pads {} elements to {} in shards of {}", g, group.elements,
+                                     group.padded_elements, group.shard_elements)};
+      }
+      elements += group.elements;
+    }
+    if (elements != unit.parameters) {
+      return PlanError{PlanErrorKind::size_mismatch,
+                       fmt::format("unit {} '{}' has {} parameters but its groups hold {}", unit.id, unit.name,
+                                   unit.parameters, elements)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <vector>
+
+#include "models/model_spec.h"
+#include "models/module_cost.h"
+#include "planner/fsdp_units.h"
+#include "planner/plan.h"
+
+namespace shardplan {
+
+// A module the step trace follows, and the unit that owns it.
+struct TracedModule {
+  const Module* module = nullptr;
+  int64_t unit = 0;  // index into the units of find_fsdp_units (0 = root)
+};
+
+// The traced modules in forward order: every unit module, and every maximal subtree
+// outside the units (the root's embedding, final norm, head, loss).
+std::vector<TracedModule> traced_modules(const ModelSpec& model, const std::vector<FsdpUnit>& units);
+
+// Groups consecutive traced modules of one unit into segments and costs them for one
+// micro-batch of `shape` under `recompute` (checkpointed: the unit segments).
+std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
+                                        const BatchShape& shape, Recompute recompute);
+
+}  // namespace shardplan
