@@ -30,11 +30,18 @@ struct DescribeParams {
   bool json = false;
 };
 
+struct PlanParams {
+  JobParams job;
+  std::string output;  // plan.json path; empty = do not write
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
 int run_clusters(const ZooParams& params, std::ostream& out);
 int run_describe(const DescribeParams& params, std::ostream& out);
+int run_plan(const PlanParams& params, std::ostream& out);
 int run_version(bool json, std::ostream& out);
 
 }  // namespace shardplan

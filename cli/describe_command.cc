@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/job.h"
 #include "cli/text_format.h"
 #include "models/cluster_spec.h"
 #include "models/model_summary.h"
@@ -74,15 +75,14 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
 }  // namespace
 
 int run_describe(const DescribeParams& p, std::ostream& out) {
-  const ModelSpec model = load_model(p.job.model);
-  const ClusterSpec cluster = load_cluster(p.job.cluster, p.job.nodes, p.job.gpus);
-  std::vector<std::string> overrides = p.job.overrides;
+  std::vector<std::string> overrides;
   if (p.micro_batch) overrides.push_back(fmt::format("micro_batch={}", *p.micro_batch));
   if (p.seq_len) overrides.push_back(fmt::format("seq_len={}", *p.seq_len));
   if (!p.recompute.empty()) overrides.push_back("recompute=\"" + p.recompute + "\"");
-  const FsdpConfig config = load_fsdp_config(p.job.config_file, overrides);
-  const FsdpConfig resolved =
-      resolve_fsdp_config(config, model, cluster, fsdp_config_label(p.job.config_file, overrides));
+  const Job job = load_job(p.job, overrides);
+  const ModelSpec& model = job.model;
+  const ClusterSpec& cluster = job.cluster;
+  const FsdpConfig& resolved = job.config;
 
   const BatchShape shape{.micro_batch = resolved.micro_batch,
                          .seq_len = resolved.seq_len,

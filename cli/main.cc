@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "selective", "full"}));
   describe->add_flag("--json", describe_params.json, "machine-readable output");
 
+  shardplan::PlanParams plan_params;
+  auto* plan = app.add_subcommand("plan", "FSDP units, buffers, op schedule and pooled memory per GPU");
+  add_job_options(*plan, plan_params.job);
+  plan->add_option("-o,--output", plan_params.output, "write plan.json here");
+  plan->add_flag("--json", plan_params.json, "machine-readable summary");
+
   bool version_json = false;
   auto* version = app.add_subcommand("version", "version and CUDA backend status");
   version->add_flag("--json", version_json, "machine-readable output");
@@ -96,6 +102,7 @@ int main(int argc, char** argv) {
     if (*models) return shardplan::run_models(models_params, std::cout);
     if (*clusters) return shardplan::run_clusters(clusters_params, std::cout);
     if (*describe) return shardplan::run_describe(describe_params, std::cout);
+    if (*plan) return shardplan::run_plan(plan_params, std::cout);
     if (*version) return shardplan::run_version(version_json, std::cout);
   } catch (const shardplan::InputError& error) {
     std::cerr << "shardplan: error: " << error.what() << "\n";

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,14 @@ std::string_view stream_name(Stream s);
 std::string_view op_kind_name(OpKind k);
 std::string_view comm_group_name(CommGroup g);
 std::string_view buffer_role_name(BufferRole r);
+std::optional<Stream> parse_stream(std::string_view text);
+std::optional<OpKind> parse_op_kind(std::string_view text);
+std::optional<CommGroup> parse_comm_group(std::string_view text);
+std::optional<BufferRole> parse_buffer_role(std::string_view text);
+std::vector<std::string> stream_names();
+std::vector<std::string> op_kind_names();
+std::vector<std::string> comm_group_names();
+std::vector<std::string> buffer_role_names();
 
 // One flat buffer's worth of parameters: a unit's parameters of one (dtype,
 // requires_grad), split further by bucket_bytes. Padded so it divides into equal shards

@@ -26,6 +26,8 @@ std::string_view plan_error_kind_name(PlanErrorKind kind) {
       return "overlapping_buffers";
     case PlanErrorKind::size_mismatch:
       return "size_mismatch";
+    case PlanErrorKind::unwaited_async_use:
+      return "unwaited_async_use";
   }
   return "?";
 }
@@ -60,6 +62,34 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
           return PlanError{PlanErrorKind::buffer_not_live,
                            fmt::format("op {} '{}' uses buffer {} '{}' outside its live ops [{}, {})", i,
                                        op.name, b, buffer.name, buffer.live_begin, buffer.live_end)};
+        }
+      }
+    }
+  }
+
+  // Async uses: the earliest compute op that waits for each communication op.
+  std::vector<int64_t> first_waiter(plan.ops.size(), num_ops);
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream != Stream::compute) continue;
+    for (int64_t d : op.deps) {
+      auto& w = first_waiter[static_cast<std::size_t>(d)];
+      w = std::min(w, op.id);
+    }
+  }
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream == Stream::compute) continue;
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (int64_t id : *list) {
+        const PlanBuffer& b = plan.buffers[static_cast<std::size_t>(id)];
+        if (b.persistent) continue;
+        const int64_t waiter = first_waiter[static_cast<std::size_t>(op.id)];
+        if (waiter >= num_ops || waiter > b.live_end) {
+          return PlanError{PlanErrorKind::unwaited_async_use,
+                           fmt::format("buffer {} '{}' is freed at op {} but op {} '{}' on the {} stream uses it "
+                                       "and {}",
+                                       b.id, b.name, b.live_end, op.id, op.name, stream_name(op.stream),
+                                       waiter >= num_ops ? "no compute op waits for it"
+                                                         : fmt::format("is first waited for at op {}", waiter))};
         }
       }
     }

@@ -17,6 +17,7 @@ enum class PlanErrorKind {
   outside_pool,        // a buffer reaching past the pool's end, or a persistent one in it
   overlapping_buffers, // two buffers live at once share bytes
   size_mismatch,       // totals that do not add up (groups, pool vs lower bound)
+  unwaited_async_use,  // a buffer freed before a compute op waits for its async reader
 };
 
 std::string_view plan_error_kind_name(PlanErrorKind kind);
@@ -29,8 +30,9 @@ struct PlanError {
 // The one plan check (STYLE.md §5), used by every test and by the executor before it
 // replays: dependencies point backwards, buffers referenced exist and are live when used,
 // transient buffers are aligned, inside the pool and never overlap while both are live
-// (half-open intervals), the pool is at least its lower bound, and the parameter groups
-// add up to the units. Returns nullopt for a valid plan.
+// (half-open intervals), a transient buffer used on a communication stream stays live
+// until a compute op waits for that use, the pool is at least its lower bound, and the
+// parameter groups add up to the units. Returns nullopt for a valid plan.
 std::optional<PlanError> validate_plan(const Plan& plan);
 
 }  // namespace shardplan

@@ -1,6 +1,7 @@
 #include "planner/schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -58,6 +59,33 @@ class Emitter {
 
   Plan& plan_;
 };
+
+// A buffer read by an op on a communication stream is free only once a compute op waits
+// for that op (Megatron-FSDP frees gradient buffers when backward reaches the drain, or
+// in the final callback): the compute stream is where the host frees memory in program
+// order, and every allocating op depends on the compute op emitted before it.
+void free_after_waiters(Plan& plan) {
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> waiter(plan.ops.size(), kNone);
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream != Stream::compute) continue;
+    for (int64_t d : op.deps) {
+      auto& w = waiter[static_cast<std::size_t>(d)];
+      w = std::min(w, op.id);
+    }
+  }
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream == Stream::compute) continue;
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (int64_t id : *list) {
+        PlanBuffer& b = plan.buffers[static_cast<std::size_t>(id)];
+        if (b.persistent) continue;
+        const int64_t w = waiter[static_cast<std::size_t>(op.id)];
+        if (w != kNone) b.live_end = std::max(b.live_end, w);
+      }
+    }
+  }
+}
 
 std::string unit_label(const Plan& plan, int64_t unit) {
   const std::string& name = plan.units[static_cast<std::size_t>(unit)].name;
@@ -128,7 +156,7 @@ void build_schedule(Plan& plan) {
   };
 
   std::vector<int64_t> last_reduce(num_units, -1);  // final reduction op per unit
-  std::optional<int64_t> previous_backward_end;
+  std::vector<int64_t> next_start_deps;
   for (int64_t mb = 0; mb < c.grad_accum; ++mb) {
     const bool reduce_now = s.shard_grads || mb == last_mb;
     std::vector<int64_t> fwd_op(num_units, -1), bwd_op(num_units, -1), ag_fwd(num_units, -1),
@@ -165,8 +193,7 @@ void build_schedule(Plan& plan) {
     // ---- forward
     const int64_t kf = c.forward_prefetch;
     const int64_t num_layers = static_cast<int64_t>(layers.size());
-    std::vector<int64_t> start_deps;
-    if (previous_backward_end) start_deps.push_back(*previous_backward_end);
+    const std::vector<int64_t> start_deps = next_start_deps;
     if (s.shard_params) {
       gather(0, false, -1, start_deps);
       for (int64_t i = 0; i <= std::min(kf, num_layers - 1); ++i) gather(layers[static_cast<std::size_t>(i)], false, i, start_deps);
@@ -187,7 +214,11 @@ void build_schedule(Plan& plan) {
       } else {
         reads = weights[u];
       }
-      if (last_forward >= 0) deps.push_back(last_forward);
+      if (last_forward >= 0) {
+        deps.push_back(last_forward);
+      } else {
+        deps.insert(deps.end(), start_deps.begin(), start_deps.end());
+      }
       std::vector<int64_t> writes = {activations[static_cast<std::size_t>(seg.id)]};
       // keep_fp8_transpose_cache: the transposed FP8 weights stay from forward to backward.
       if (c.keep_fp8_transpose_cache && seg.unit != 0) {
@@ -345,7 +376,12 @@ void build_schedule(Plan& plan) {
     // The root's final callback reduces the root unit, whose last gradient (the
     // embedding's) is produced last.
     if (reduce_now && has_grads(0)) reduce(0, {last_backward});
-    previous_backward_end = last_backward;
+    // The root's final callback waits for every reduction still in flight, so the next
+    // micro-batch (or the optimizer step) starts with none pending.
+    next_start_deps.assign(1, last_backward);
+    for (int64_t r : rs_op) {
+      if (r >= 0) next_start_deps.push_back(r);
+    }
   }
 
   // ---- optimizer step
@@ -372,6 +408,7 @@ void build_schedule(Plan& plan) {
                                       .deps = std::move(step_deps),
                                       .reads = std::move(step_reads),
                                       .writes = std::move(step_writes)});
+  free_after_waiters(plan);
   // ZeRO-1/2 keep full weights: gather the updated shards back into them.
   const bool post_gather = c.sharding_strategy == ShardingStrategy::optim ||
                            c.sharding_strategy == ShardingStrategy::optim_grads;

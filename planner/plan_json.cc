@@ -1,0 +1,235 @@
+#include "planner/plan_json.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "models/error.h"
+#include "models/json_reader.h"
+#include "models/suggest.h"
+#include "planner/plan_memory.h"
+
+namespace shardplan {
+namespace {
+
+template <typename Enum>
+Enum parse_named(const JsonReader& r, std::string_view key, std::optional<Enum> (*parse)(std::string_view),
+                 std::vector<std::string> (*names)(), const char* what) {
+  const std::string text = r.string(key);
+  if (auto value = parse(text)) return *value;
+  r.fail(key, unknown_name_message(what, text, names()));
+}
+
+nlohmann::json ids(const std::vector<int64_t>& v) { return v; }
+
+}  // namespace
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const PlanUnit& u : plan.units) {
+    units.push_back({{"id", u.id}, {"name", u.name}, {"parameters", u.parameters}, {"groups", ids(u.groups)}});
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const ParamGroup& g : plan.groups) {
+    groups.push_back({{"id", g.id},
+                      {"unit", g.unit},
+                      {"dtype", dtype_name(g.dtype)},
+                      {"requires_grad", g.requires_grad},
+                      {"elements", g.elements},
+                      {"padded_elements", g.padded_elements},
+                      {"shard_elements", g.shard_elements},
+                      {"parameters", g.parameters}});
+  }
+  nlohmann::json segments = nlohmann::json::array();
+  for (const PlanSegment& s : plan.segments) {
+    segments.push_back({{"id", s.id},
+                        {"unit", s.unit},
+                        {"label", s.label},
+                        {"modules", s.modules},
+                        {"forward_flops", s.forward_flops},
+                        {"backward_flops", s.backward_flops},
+                        {"io_bytes", s.io_bytes},
+                        {"activation_bytes", s.activation_bytes},
+                        {"full_activation_bytes", s.full_activation_bytes},
+                        {"checkpointed", s.checkpointed}});
+  }
+  nlohmann::json buffers = nlohmann::json::array();
+  for (const PlanBuffer& b : plan.buffers) {
+    nlohmann::json j = {{"id", b.id},
+                        {"name", b.name},
+                        {"role", buffer_role_name(b.role)},
+                        {"unit", b.unit},
+                        {"group", b.group},
+                        {"micro_batch", b.micro_batch},
+                        {"dtype", dtype_name(b.dtype)},
+                        {"bytes", b.bytes},
+                        {"persistent", b.persistent},
+                        {"sharded", b.sharded}};
+    if (!b.persistent) {
+      j["live"] = {b.live_begin, b.live_end};
+      j["offset"] = b.offset;
+    }
+    buffers.push_back(std::move(j));
+  }
+  nlohmann::json ops = nlohmann::json::array();
+  for (const PlanOp& o : plan.ops) {
+    ops.push_back({{"id", o.id},
+                   {"name", o.name},
+                   {"stream", stream_name(o.stream)},
+                   {"kind", op_kind_name(o.kind)},
+                   {"unit", o.unit},
+                   {"segment", o.segment},
+                   {"micro_batch", o.micro_batch},
+                   {"bytes", o.bytes},
+                   {"flops", o.flops},
+                   {"group", comm_group_name(o.group)},
+                   {"group_ranks", o.group_ranks},
+                   {"deps", ids(o.deps)},
+                   {"reads", ids(o.reads)},
+                   {"writes", ids(o.writes)}});
+  }
+  return {{"version", plan.version},
+          {"model", plan.model},
+          {"cluster", plan.cluster},
+          {"num_gpus", plan.num_gpus},
+          {"gpus_per_node", plan.gpus_per_node},
+          {"non_tensor_bytes", plan.non_tensor_bytes},
+          {"capacity_bytes", plan.capacity_bytes},
+          {"config", fsdp_config_to_json(plan.config)},
+          {"pool",
+           {{"algorithm", plan.pool.algorithm},
+            {"alignment_bytes", plan.pool.alignment_bytes},
+            {"size_bytes", plan.pool.size_bytes},
+            {"lower_bound_bytes", plan.pool.lower_bound_bytes}}},
+          {"memory", plan_memory_to_json(plan_memory(plan))},
+          {"units", std::move(units)},
+          {"groups", std::move(groups)},
+          {"segments", std::move(segments)},
+          {"buffers", std::move(buffers)},
+          {"ops", std::move(ops)}};
+}
+
+Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
+  const JsonReader r(json, label);
+  r.expect_only({"version", "model", "cluster", "num_gpus", "gpus_per_node", "non_tensor_bytes",
+                 "capacity_bytes", "config", "pool", "memory", "units", "groups", "segments", "buffers",
+                 "ops"});
+  Plan plan;
+  plan.version = static_cast<int>(r.integer("version"));
+  if (plan.version != kPlanVersion) {
+    r.fail("version", fmt::format("plan schema version {} is not the supported {}", plan.version, kPlanVersion));
+  }
+  plan.model = r.string("model");
+  plan.cluster = r.string("cluster");
+  plan.num_gpus = r.positive_integer("num_gpus");
+  plan.gpus_per_node = r.positive_integer("gpus_per_node");
+  plan.non_tensor_bytes = r.integer("non_tensor_bytes");
+  plan.capacity_bytes = r.integer("capacity_bytes");
+  plan.config = fsdp_config_from_json(r.value("config"), label + " /config");
+  if (plan.config.dp_shard == 0) r.fail("config", "dp_shard must be resolved in a plan");
+  const JsonReader pool = r.object("pool");
+  pool.expect_only({"algorithm", "alignment_bytes", "size_bytes", "lower_bound_bytes"});
+  plan.pool = PoolPlan{.algorithm = pool.string("algorithm"),
+                       .alignment_bytes = pool.positive_integer("alignment_bytes"),
+                       .size_bytes = pool.integer("size_bytes"),
+                       .lower_bound_bytes = pool.integer("lower_bound_bytes")};
+  for (const JsonReader& u : r.objects("units")) {
+    u.expect_only({"id", "name", "parameters", "groups"});
+    plan.units.push_back(PlanUnit{.id = u.integer("id"),
+                                  .name = u.string("name"),
+                                  .parameters = u.integer("parameters"),
+                                  .groups = u.integers("groups")});
+  }
+  for (const JsonReader& g : r.objects("groups")) {
+    g.expect_only({"id", "unit", "dtype", "requires_grad", "elements", "padded_elements", "shard_elements",
+                   "parameters"});
+    plan.groups.push_back(ParamGroup{.id = g.integer("id"),
+                                     .unit = g.integer("unit"),
+                                     .dtype = parse_dtype(g.string("dtype"), label, g.path_of("dtype")),
+                                     .requires_grad = g.boolean("requires_grad"),
+                                     .elements = g.integer("elements"),
+                                     .padded_elements = g.integer("padded_elements"),
+                                     .shard_elements = g.integer("shard_elements"),
+                                     .parameters = g.strings("parameters")});
+  }
+  for (const JsonReader& s : r.objects("segments")) {
+    s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops", "io_bytes",
+                   "activation_bytes", "full_activation_bytes", "checkpointed"});
+    plan.segments.push_back(PlanSegment{.id = s.integer("id"),
+                                        .unit = s.integer("unit"),
+                                        .label = s.string("label"),
+                                        .modules = s.strings("modules"),
+                                        .forward_flops = s.non_negative_number("forward_flops"),
+                                        .backward_flops = s.non_negative_number("backward_flops"),
+                                        .io_bytes = s.non_negative_number("io_bytes"),
+                                        .activation_bytes = s.non_negative_number("activation_bytes"),
+                                        .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
+                                        .checkpointed = s.boolean("checkpointed")});
+  }
+  for (const JsonReader& b : r.objects("buffers")) {
+    b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes", "persistent", "sharded",
+                   "live", "offset"});
+    PlanBuffer buffer{.id = b.integer("id"),
+                      .role = parse_named<BufferRole>(b, "role", parse_buffer_role, buffer_role_names, "buffer role"),
+                      .unit = b.integer("unit"),
+                      .group = b.integer("group"),
+                      .micro_batch = b.integer("micro_batch"),
+                      .dtype = parse_dtype(b.string("dtype"), label, b.path_of("dtype")),
+                      .bytes = b.integer("bytes"),
+                      .persistent = b.boolean("persistent"),
+                      .sharded = b.boolean("sharded"),
+                      .name = b.string("name")};
+    if (!buffer.persistent) {
+      const std::vector<int64_t> live = b.integers("live");
+      if (live.size() != 2) b.fail("live", "expected [first op, end op)");
+      buffer.live_begin = live[0];
+      buffer.live_end = live[1];
+      buffer.offset = b.integer("offset");
+    }
+    plan.buffers.push_back(std::move(buffer));
+  }
+  for (const JsonReader& o : r.objects("ops")) {
+    o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes", "flops", "group",
+                   "group_ranks", "deps", "reads", "writes"});
+    plan.ops.push_back(PlanOp{.id = o.integer("id"),
+                              .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
+                              .kind = parse_named<OpKind>(o, "kind", parse_op_kind, op_kind_names, "op kind"),
+                              .unit = o.integer("unit"),
+                              .segment = o.integer("segment"),
+                              .micro_batch = o.integer("micro_batch"),
+                              .name = o.string("name"),
+                              .bytes = o.non_negative_number("bytes"),
+                              .flops = o.non_negative_number("flops"),
+                              .group = parse_named<CommGroup>(o, "group", parse_comm_group, comm_group_names,
+                                                              "communication group"),
+                              .group_ranks = o.positive_integer("group_ranks"),
+                              .deps = o.integers("deps"),
+                              .reads = o.integers("reads"),
+                              .writes = o.integers("writes")});
+  }
+  return plan;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", "cannot write the file");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw InputError(path, "", "writing failed");
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::remove(temporary.c_str());
+    throw InputError(path, "", "cannot replace the file: " + error.message());
+  }
+}
+
+}  // namespace shardplan

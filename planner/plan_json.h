@@ -1,0 +1,23 @@
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/plan.h"
+
+namespace shardplan {
+
+// plan.json (docs/formats.md#plan): the contract between planning and execution.
+nlohmann::json plan_to_json(const Plan& plan);
+
+// Reads a plan; every field is checked and errors name `label` and the JSON path. A
+// plan of another schema version is refused. Does not validate the plan's consistency:
+// call validate_plan for that.
+Plan plan_from_json(const nlohmann::json& json, const std::string& label);
+
+// Writes `text` to `path` through a temporary file and a rename, so a failed write never
+// leaves a half-written file. Throws InputError naming the path.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace shardplan

@@ -1,0 +1,117 @@
+#include "planner/plan_memory.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace shardplan {
+namespace {
+
+// Largest total bytes of the buffers `pick` selects that are live at any one op.
+template <typename Pick>
+double transient_peak(const Plan& plan, const Pick& pick) {
+  std::vector<std::pair<int64_t, int64_t>> events;
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.persistent || !pick(b)) continue;
+    events.emplace_back(b.live_begin, b.bytes);
+    events.emplace_back(b.live_end, -b.bytes);
+  }
+  std::sort(events.begin(), events.end());
+  int64_t live = 0;
+  int64_t peak = 0;
+  for (const auto& [time, delta] : events) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  return static_cast<double>(peak);
+}
+
+}  // namespace
+
+PlanMemory plan_memory(const Plan& plan) {
+  PlanMemory m;
+  for (const PlanBuffer& b : plan.buffers) {
+    if (!b.persistent) continue;
+    const auto bytes = static_cast<double>(b.bytes);
+    switch (b.role) {
+      case BufferRole::model_weight:
+      case BufferRole::fp8_columnwise_weight:
+        m.model_weights += bytes;
+        break;
+      case BufferRole::main_weight:
+        m.main_weights += bytes;
+        break;
+      case BufferRole::main_grad:
+        m.main_grads += bytes;
+        break;
+      case BufferRole::optimizer_state:
+        m.optimizer_states += bytes;
+        break;
+      case BufferRole::double_buffer:
+        m.double_buffers += bytes;
+        break;
+      default:
+        break;
+    }
+  }
+  m.unsharded_weights_peak =
+      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_weight; });
+  m.unsharded_grads_peak =
+      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
+  m.activations_peak = transient_peak(plan, [](const PlanBuffer& b) {
+    return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations;
+  });
+  m.fp8_transpose_cache_peak =
+      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
+  m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
+  m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
+  m.non_tensor = static_cast<double>(plan.non_tensor_bytes);
+  m.transient = plan.config.allocator == Allocator::pool ? m.pool_bytes : m.pool_lower_bound_bytes;
+  m.total = m.model_weights + m.main_weights + m.main_grads + m.optimizer_states + m.double_buffers +
+            m.transient + m.non_tensor;
+  m.capacity = static_cast<double>(plan.capacity_bytes);
+  m.headroom = m.capacity - m.total;
+  m.fits = m.headroom >= 0;
+  const std::vector<std::pair<const char*, double>> terms = {
+      {"model weights", m.model_weights},
+      {"main weights", m.main_weights},
+      {"main grads", m.main_grads},
+      {"optimizer states", m.optimizer_states},
+      {"double buffers", m.double_buffers},
+      {"unsharded weights", m.unsharded_weights_peak},
+      {"unsharded grads", m.unsharded_grads_peak},
+      {"activations", m.activations_peak},
+      {"fp8 transpose cache", m.fp8_transpose_cache_peak},
+      {"non-tensor", m.non_tensor}};
+  double largest = -1;
+  for (const auto& [name, bytes] : terms) {
+    if (bytes > largest) {
+      largest = bytes;
+      m.largest_term = name;
+    }
+  }
+  return m;
+}
+
+nlohmann::json plan_memory_to_json(const PlanMemory& m) {
+  return {{"model_weights_bytes", m.model_weights},
+          {"main_weights_bytes", m.main_weights},
+          {"main_grads_bytes", m.main_grads},
+          {"optimizer_states_bytes", m.optimizer_states},
+          {"double_buffers_bytes", m.double_buffers},
+          {"unsharded_weights_peak_bytes", m.unsharded_weights_peak},
+          {"unsharded_grads_peak_bytes", m.unsharded_grads_peak},
+          {"activations_peak_bytes", m.activations_peak},
+          {"fp8_transpose_cache_peak_bytes", m.fp8_transpose_cache_peak},
+          {"pool_bytes", m.pool_bytes},
+          {"pool_lower_bound_bytes", m.pool_lower_bound_bytes},
+          {"non_tensor_bytes", m.non_tensor},
+          {"transient_bytes", m.transient},
+          {"total_bytes", m.total},
+          {"capacity_bytes", m.capacity},
+          {"headroom_bytes", m.headroom},
+          {"fits", m.fits},
+          {"largest_term", m.largest_term}};
+}
+
+}  // namespace shardplan
