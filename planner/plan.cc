@@ -71,4 +71,20 @@ std::vector<std::string> op_kind_names() { return names_of(kOpKinds); }
 std::vector<std::string> comm_group_names() { return names_of(kGroups); }
 std::vector<std::string> buffer_role_names() { return names_of(kRoles); }
 
+std::vector<int64_t> earliest_compute_waiters(const Plan& plan) {
+  const auto n = static_cast<int64_t>(plan.ops.size());
+  std::vector<int64_t> waiter(plan.ops.size(), n);
+  // Dependents come after their dependencies, so one backward pass settles every op.
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const PlanOp& op = plan.ops[static_cast<std::size_t>(i)];
+    const int64_t via = op.stream == Stream::compute ? i : waiter[static_cast<std::size_t>(i)];
+    for (int64_t d : op.deps) {
+      if (d < 0 || d >= i) continue;
+      auto& w = waiter[static_cast<std::size_t>(d)];
+      w = std::min(w, via);
+    }
+  }
+  return waiter;
+}
+
 }  // namespace shardplan

@@ -152,4 +152,9 @@ struct Plan {
   int64_t capacity_bytes = 0;
 };
 
+// For every op, the earliest compute-stream op that depends on it, directly or through
+// other ops (ops.size() when none does). A buffer used on a communication stream can be
+// freed only there: the compute stream is where the program waits, in program order.
+std::vector<int64_t> earliest_compute_waiters(const Plan& plan);
+
 }  // namespace shardplan

@@ -68,14 +68,7 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
   }
 
   // Async uses: the earliest compute op that waits for each communication op.
-  std::vector<int64_t> first_waiter(plan.ops.size(), num_ops);
-  for (const PlanOp& op : plan.ops) {
-    if (op.stream != Stream::compute) continue;
-    for (int64_t d : op.deps) {
-      auto& w = first_waiter[static_cast<std::size_t>(d)];
-      w = std::min(w, op.id);
-    }
-  }
+  const std::vector<int64_t> first_waiter = earliest_compute_waiters(plan);
   for (const PlanOp& op : plan.ops) {
     if (op.stream == Stream::compute) continue;
     for (const auto* list : {&op.reads, &op.writes}) {

@@ -1,7 +1,6 @@
 #include "planner/schedule.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -65,23 +64,15 @@ class Emitter {
 // in the final callback): the compute stream is where the host frees memory in program
 // order, and every allocating op depends on the compute op emitted before it.
 void free_after_waiters(Plan& plan) {
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> waiter(plan.ops.size(), kNone);
-  for (const PlanOp& op : plan.ops) {
-    if (op.stream != Stream::compute) continue;
-    for (int64_t d : op.deps) {
-      auto& w = waiter[static_cast<std::size_t>(d)];
-      w = std::min(w, op.id);
-    }
-  }
+  const std::vector<int64_t> waiter = earliest_compute_waiters(plan);
+  const auto none = static_cast<int64_t>(plan.ops.size());
   for (const PlanOp& op : plan.ops) {
     if (op.stream == Stream::compute) continue;
     for (const auto* list : {&op.reads, &op.writes}) {
       for (int64_t id : *list) {
         PlanBuffer& b = plan.buffers[static_cast<std::size_t>(id)];
-        if (b.persistent) continue;
         const int64_t w = waiter[static_cast<std::size_t>(op.id)];
-        if (w != kNone) b.live_end = std::max(b.live_end, w);
+        if (!b.persistent && w != none) b.live_end = std::max(b.live_end, w);
       }
     }
   }
