@@ -1,0 +1,60 @@
+// Planning cost, the step a sweep repeats per configuration (issue target: llama3.1-405b
+// on 1024 GPUs with 8 micro-batches under 20 ms). Prints figures; never fails on time.
+#include <benchmark/benchmark.h>
+
+#include "models/cluster_spec.h"
+#include "models/zoo.h"
+#include "planner/fsdp_config.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_validator.h"
+
+namespace {
+
+struct Setup {
+  shardplan::ModelSpec model;
+  shardplan::ClusterSpec cluster;
+  shardplan::FsdpConfig config;
+};
+
+Setup setup(const char* model, int64_t nodes, int64_t grad_accum, const char* recompute) {
+  Setup s{shardplan::load_model(model), shardplan::load_cluster("dgx-h100", nodes, std::nullopt), {}};
+  s.config = shardplan::resolve_fsdp_config(
+      shardplan::fsdp_config_from_json({{"grad_accum", grad_accum}, {"recompute", recompute}}, "bench"), s.model,
+      s.cluster, "bench");
+  return s;
+}
+
+void BM_BuildPlan405B(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 8, "full");
+  size_t ops = 0;
+  for (auto _ : state) {
+    const shardplan::Plan plan = shardplan::build_plan(s.model, s.cluster, s.config);
+    ops = plan.ops.size();
+    benchmark::DoNotOptimize(plan.pool.size_bytes);
+  }
+  state.counters["ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_BuildPlan405B)->Unit(benchmark::kMillisecond);
+
+void BM_LoadAndBuildPlan405B(benchmark::State& state) {
+  for (auto _ : state) {
+    const Setup s = setup("llama3.1-405b", 128, 8, "full");
+    benchmark::DoNotOptimize(shardplan::build_plan(s.model, s.cluster, s.config).pool.size_bytes);
+  }
+}
+BENCHMARK(BM_LoadAndBuildPlan405B)->Unit(benchmark::kMillisecond);
+
+void BM_ValidatePlan405B(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 8, "full");
+  const shardplan::Plan plan = shardplan::build_plan(s.model, s.cluster, s.config);
+  for (auto _ : state) benchmark::DoNotOptimize(shardplan::validate_plan(plan).has_value());
+}
+BENCHMARK(BM_ValidatePlan405B)->Unit(benchmark::kMillisecond);
+
+void BM_BuildPlan8B(benchmark::State& state) {
+  const Setup s = setup("llama3-8b", 1, 1, "none");
+  for (auto _ : state) benchmark::DoNotOptimize(shardplan::build_plan(s.model, s.cluster, s.config).pool.size_bytes);
+}
+BENCHMARK(BM_BuildPlan8B)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
