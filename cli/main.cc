@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   describe->add_flag("--json", describe_params.json, "machine-readable output");
 
   shardplan::PlanParams plan_params;
-  auto* plan = app.add_subcommand("plan", "FSDP units, buffers, op schedule and pooled memory per GPU");
+  auto* plan =
+      app.add_subcommand("plan", "FSDP units, buffers, op schedule and pooled memory per GPU");
   add_job_options(*plan, plan_params.job);
   plan->add_option("-o,--output", plan_params.output, "write plan.json here");
   plan->add_flag("--json", plan_params.json, "machine-readable summary");

@@ -1,6 +1,6 @@
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/job.h"
@@ -13,7 +13,8 @@
 namespace shardplan {
 namespace {
 
-nlohmann::json plan_summary_json(const Plan& plan, const PlanMemory& memory, const std::string& output) {
+nlohmann::json plan_summary_json(const Plan& plan, const PlanMemory& memory,
+                                 const std::string& output) {
   int64_t transient = 0;
   for (const PlanBuffer& b : plan.buffers) transient += b.persistent ? 0 : 1;
   return {{"model", plan.model},
@@ -35,41 +36,48 @@ nlohmann::json plan_summary_json(const Plan& plan, const PlanMemory& memory, con
 
 void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
   const FsdpConfig& c = plan.config;
-  out << fmt::format("Plan: {} on {} GPUs of {}, {}, dp_shard {} × dp_outer {}{}, prefetch {}/{}, recompute {}, "
-                     "micro_batch {} × seq_len {} × grad_accum {}\n",
-                     plan.model, plan.num_gpus, plan.cluster, sharding_strategy_name(c.sharding_strategy), c.dp_shard,
-                     c.dp_outer, c.dp_outer > 1 ? fmt::format(" (outer {})", outer_strategy_name(c.outer_strategy)) : "",
-                     c.forward_prefetch, c.backward_prefetch, recompute_name(c.recompute), c.micro_batch, c.seq_len,
-                     c.grad_accum);
-  out << fmt::format("{} units, {} parameter groups, {} ops, {} buffers\n\n", plan.units.size(), plan.groups.size(),
-                     plan.ops.size(), plan.buffers.size());
+  out << fmt::format(
+      "Plan: {} on {} GPUs of {}, {}, dp_shard {} × dp_outer {}{}, prefetch {}/{}, recompute {}, "
+      "micro_batch {} × seq_len {} × grad_accum {}\n",
+      plan.model, plan.num_gpus, plan.cluster, sharding_strategy_name(c.sharding_strategy),
+      c.dp_shard, c.dp_outer,
+      c.dp_outer > 1 ? fmt::format(" (outer {})", outer_strategy_name(c.outer_strategy)) : "",
+      c.forward_prefetch, c.backward_prefetch, recompute_name(c.recompute), c.micro_batch,
+      c.seq_len, c.grad_accum);
+  out << fmt::format("{} units, {} parameter groups, {} ops, {} buffers\n\n", plan.units.size(),
+                     plan.groups.size(), plan.ops.size(), plan.buffers.size());
   std::vector<std::vector<std::string>> rows = {
       {"model weights", format_bytes(m.model_weights), "persistent"},
       {"main weights", format_bytes(m.main_weights), "persistent"},
       {"main grads", format_bytes(m.main_grads), "persistent"},
       {"optimizer states", format_bytes(m.optimizer_states), "persistent"},
   };
-  if (m.double_buffers > 0) rows.push_back({"double buffers", format_bytes(m.double_buffers), "persistent"});
+  if (m.double_buffers > 0)
+    rows.push_back({"double buffers", format_bytes(m.double_buffers), "persistent"});
   rows.push_back({"unsharded weights", format_bytes(m.unsharded_weights_peak), "transient, peak"});
   rows.push_back({"unsharded grads", format_bytes(m.unsharded_grads_peak), "transient, peak"});
   rows.push_back({"activations", format_bytes(m.activations_peak), "transient, peak"});
   if (m.fp8_transpose_cache_peak > 0) {
-    rows.push_back({"fp8 transpose cache", format_bytes(m.fp8_transpose_cache_peak), "transient, peak"});
+    rows.push_back(
+        {"fp8 transpose cache", format_bytes(m.fp8_transpose_cache_peak), "transient, peak"});
   }
-  const double gap = m.pool_lower_bound_bytes > 0 ? 100.0 * (m.pool_bytes / m.pool_lower_bound_bytes - 1.0) : 0.0;
+  const double gap =
+      m.pool_lower_bound_bytes > 0 ? 100.0 * (m.pool_bytes / m.pool_lower_bound_bytes - 1.0) : 0.0;
   rows.push_back({"pool", format_bytes(m.pool_bytes),
-                  fmt::format("{}; lower bound {} (+{:.1f} %)", plan.pool.algorithm, format_bytes(m.pool_lower_bound_bytes),
-                              gap)});
+                  fmt::format("{}; lower bound {} (+{:.1f} %)", plan.pool.algorithm,
+                              format_bytes(m.pool_lower_bound_bytes), gap)});
   rows.push_back({"non-tensor", format_bytes(m.non_tensor), "CUDA context, NCCL, cuBLAS"});
   rows.push_back({"total", format_bytes(m.total),
-                  c.allocator == Allocator::pool ? "persistent + pool + non-tensor"
-                                                 : "persistent + live peak + non-tensor (caching allocator)"});
+                  c.allocator == Allocator::pool
+                      ? "persistent + pool + non-tensor"
+                      : "persistent + live peak + non-tensor (caching allocator)"});
   rows.push_back({"capacity", format_bytes(m.capacity), ""});
   out << render_table({"per GPU", "bytes", "note"}, rows, {1});
   if (m.fits) {
     out << fmt::format("fits: {} headroom\n", format_bytes(m.headroom));
   } else {
-    out << fmt::format("does not fit by {} (largest term: {})\n", format_bytes(-m.headroom), m.largest_term);
+    out << fmt::format("does not fit by {} (largest term: {})\n", format_bytes(-m.headroom),
+                       m.largest_term);
   }
 }
 
@@ -79,8 +87,8 @@ int run_plan(const PlanParams& p, std::ostream& out) {
   const Job job = load_job(p.job);
   const Plan plan = build_plan(job.model, job.cluster, job.config);
   if (const auto error = validate_plan(plan)) {
-    throw std::logic_error("the planner built an invalid plan (" + std::string(plan_error_kind_name(error->kind)) +
-                           "): " + error->message);
+    throw std::logic_error("the planner built an invalid plan (" +
+                           std::string(plan_error_kind_name(error->kind)) + "): " + error->message);
   }
   if (!p.output.empty()) write_file_atomically(p.output, plan_to_json(plan).dump(1) + "\n");
   const PlanMemory memory = plan_memory(plan);

@@ -14,30 +14,35 @@ std::string_view lookup(const std::array<std::pair<Enum, std::string_view>, N>& 
   return "?";
 }
 
-constexpr std::array<std::pair<Stream, std::string_view>, 4> kStreams = {{
-    {Stream::compute, "compute"}, {Stream::ag, "ag"}, {Stream::rs, "rs"}, {Stream::outer, "outer"}}};
-constexpr std::array<std::pair<OpKind, std::string_view>, 7> kOpKinds = {{
-    {OpKind::all_gather, "all_gather"},
-    {OpKind::reduce_scatter, "reduce_scatter"},
-    {OpKind::all_reduce, "all_reduce"},
-    {OpKind::forward, "forward"},
-    {OpKind::backward, "backward"},
-    {OpKind::recompute, "recompute"},
-    {OpKind::optimizer_step, "optimizer_step"}}};
-constexpr std::array<std::pair<CommGroup, std::string_view>, 3> kGroups = {{
-    {CommGroup::none, "none"}, {CommGroup::dp_shard, "dp_shard"}, {CommGroup::dp_outer, "dp_outer"}}};
-constexpr std::array<std::pair<BufferRole, std::string_view>, 11> kRoles = {{
-    {BufferRole::model_weight, "model_weight"},
-    {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
-    {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
-    {BufferRole::main_weight, "main_weight"},
-    {BufferRole::main_grad, "main_grad"},
-    {BufferRole::optimizer_state, "optimizer_state"},
-    {BufferRole::unsharded_weight, "unsharded_weight"},
-    {BufferRole::unsharded_grad, "unsharded_grad"},
-    {BufferRole::activations, "activations"},
-    {BufferRole::recompute_activations, "recompute_activations"},
-    {BufferRole::double_buffer, "double_buffer"}}};
+constexpr std::array<std::pair<Stream, std::string_view>, 4> kStreams = {
+    {{Stream::compute, "compute"},
+     {Stream::ag, "ag"},
+     {Stream::rs, "rs"},
+     {Stream::outer, "outer"}}};
+constexpr std::array<std::pair<OpKind, std::string_view>, 7> kOpKinds = {
+    {{OpKind::all_gather, "all_gather"},
+     {OpKind::reduce_scatter, "reduce_scatter"},
+     {OpKind::all_reduce, "all_reduce"},
+     {OpKind::forward, "forward"},
+     {OpKind::backward, "backward"},
+     {OpKind::recompute, "recompute"},
+     {OpKind::optimizer_step, "optimizer_step"}}};
+constexpr std::array<std::pair<CommGroup, std::string_view>, 3> kGroups = {
+    {{CommGroup::none, "none"},
+     {CommGroup::dp_shard, "dp_shard"},
+     {CommGroup::dp_outer, "dp_outer"}}};
+constexpr std::array<std::pair<BufferRole, std::string_view>, 11> kRoles = {
+    {{BufferRole::model_weight, "model_weight"},
+     {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
+     {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
+     {BufferRole::main_weight, "main_weight"},
+     {BufferRole::main_grad, "main_grad"},
+     {BufferRole::optimizer_state, "optimizer_state"},
+     {BufferRole::unsharded_weight, "unsharded_weight"},
+     {BufferRole::unsharded_grad, "unsharded_grad"},
+     {BufferRole::activations, "activations"},
+     {BufferRole::recompute_activations, "recompute_activations"},
+     {BufferRole::double_buffer, "double_buffer"}}};
 
 template <typename Enum, std::size_t N>
 std::vector<std::string> names_of(const std::array<std::pair<Enum, std::string_view>, N>& table) {
@@ -47,7 +52,8 @@ std::vector<std::string> names_of(const std::array<std::pair<Enum, std::string_v
 }
 
 template <typename Enum, std::size_t N>
-std::optional<Enum> find(const std::array<std::pair<Enum, std::string_view>, N>& table, std::string_view text) {
+std::optional<Enum> find(const std::array<std::pair<Enum, std::string_view>, N>& table,
+                         std::string_view text) {
   for (const auto& [e, name] : table) {
     if (name == text) return e;
   }
@@ -56,20 +62,44 @@ std::optional<Enum> find(const std::array<std::pair<Enum, std::string_view>, N>&
 
 }  // namespace
 
-std::string_view stream_name(Stream s) { return lookup(kStreams, s); }
-std::string_view op_kind_name(OpKind k) { return lookup(kOpKinds, k); }
-std::string_view comm_group_name(CommGroup g) { return lookup(kGroups, g); }
-std::string_view buffer_role_name(BufferRole r) { return lookup(kRoles, r); }
+std::string_view stream_name(Stream s) {
+  return lookup(kStreams, s);
+}
+std::string_view op_kind_name(OpKind k) {
+  return lookup(kOpKinds, k);
+}
+std::string_view comm_group_name(CommGroup g) {
+  return lookup(kGroups, g);
+}
+std::string_view buffer_role_name(BufferRole r) {
+  return lookup(kRoles, r);
+}
 
-std::optional<Stream> parse_stream(std::string_view text) { return find(kStreams, text); }
-std::optional<OpKind> parse_op_kind(std::string_view text) { return find(kOpKinds, text); }
-std::optional<CommGroup> parse_comm_group(std::string_view text) { return find(kGroups, text); }
-std::optional<BufferRole> parse_buffer_role(std::string_view text) { return find(kRoles, text); }
+std::optional<Stream> parse_stream(std::string_view text) {
+  return find(kStreams, text);
+}
+std::optional<OpKind> parse_op_kind(std::string_view text) {
+  return find(kOpKinds, text);
+}
+std::optional<CommGroup> parse_comm_group(std::string_view text) {
+  return find(kGroups, text);
+}
+std::optional<BufferRole> parse_buffer_role(std::string_view text) {
+  return find(kRoles, text);
+}
 
-std::vector<std::string> stream_names() { return names_of(kStreams); }
-std::vector<std::string> op_kind_names() { return names_of(kOpKinds); }
-std::vector<std::string> comm_group_names() { return names_of(kGroups); }
-std::vector<std::string> buffer_role_names() { return names_of(kRoles); }
+std::vector<std::string> stream_names() {
+  return names_of(kStreams);
+}
+std::vector<std::string> op_kind_names() {
+  return names_of(kOpKinds);
+}
+std::vector<std::string> comm_group_names() {
+  return names_of(kGroups);
+}
+std::vector<std::string> buffer_role_names() {
+  return names_of(kRoles);
+}
 
 std::vector<int64_t> earliest_compute_waiters(const Plan& plan) {
   const auto n = static_cast<int64_t>(plan.ops.size());

@@ -61,9 +61,9 @@ struct ParamGroup {
   int64_t unit = 0;
   DType dtype = DType::bf16;
   bool requires_grad = true;
-  int64_t elements = 0;         // parameters in the group
-  int64_t padded_elements = 0;  // after padding
-  int64_t shard_elements = 0;   // per dp_shard rank: padded / dp_shard
+  int64_t elements = 0;                 // parameters in the group
+  int64_t padded_elements = 0;          // after padding
+  int64_t shard_elements = 0;           // per dp_shard rank: padded / dp_shard
   std::vector<std::string> parameters;  // fully-qualified names, in layout order
 };
 
@@ -85,12 +85,12 @@ struct PlanSegment {
   int64_t unit = 0;
   std::string label;  // module names joined by '+'
   std::vector<std::string> modules;
-  double forward_flops = 0;   // one micro-batch
-  double backward_flops = 0;  // one micro-batch
-  double io_bytes = 0;        // activation bytes read + written by memory-bound work (forward)
+  double forward_flops = 0;     // one micro-batch
+  double backward_flops = 0;    // one micro-batch
+  double io_bytes = 0;          // activation bytes read + written by memory-bound work (forward)
   double activation_bytes = 0;  // saved for backward under the config's recompute
   double full_activation_bytes = 0;  // saved without recompute (re-created under full)
-  bool checkpointed = false;  // re-run in backward under full recompute
+  bool checkpointed = false;         // re-run in backward under full recompute
 };
 
 struct PlanBuffer {

@@ -1,8 +1,8 @@
 #include "planner/plan_builder.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "planner/fsdp_units.h"
 #include "planner/param_groups.h"
@@ -12,8 +12,8 @@
 namespace shardplan {
 namespace {
 
-void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DType dtype, int64_t bytes,
-                    bool sharded, std::string name) {
+void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DType dtype,
+                    int64_t bytes, bool sharded, std::string name) {
   plan.buffers.push_back(PlanBuffer{.id = static_cast<int64_t>(plan.buffers.size()),
                                     .role = role,
                                     .unit = unit,
@@ -35,31 +35,37 @@ void add_persistent_buffers(Plan& plan) {
       c.dp_shard * (c.outer_strategy == OuterStrategy::optim ? c.dp_outer : 1);
   const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
   for (const ParamGroup& g : plan.groups) {
-    const std::string where = fmt::format("{} g{}", plan.units[static_cast<std::size_t>(g.unit)].name.empty()
-                                                        ? "<root>"
-                                                        : plan.units[static_cast<std::size_t>(g.unit)].name,
+    const std::string where = fmt::format("{} g{}",
+                                          plan.units[static_cast<std::size_t>(g.unit)].name.empty()
+                                              ? "<root>"
+                                              : plan.units[static_cast<std::size_t>(g.unit)].name,
                                           g.id);
     const int64_t weight_elements = shard_params ? g.shard_elements : g.padded_elements;
     const DType weight_dtype = c.fp8_param_gather ? DType::fp8_e4m3 : g.dtype;
     add_persistent(plan, BufferRole::model_weight, g.unit, g.id, weight_dtype,
-                   weight_elements * dtype_bytes(weight_dtype), shard_params, "model_weight " + where);
+                   weight_elements * dtype_bytes(weight_dtype), shard_params,
+                   "model_weight " + where);
     if (c.fp8_param_gather && c.fp8_recipe == Fp8Recipe::mxfp8) {
-      add_persistent(plan, BufferRole::fp8_columnwise_weight, g.unit, g.id, DType::fp8_e4m3, weight_elements,
-                     shard_params, "fp8_columnwise_weight " + where);
+      add_persistent(plan, BufferRole::fp8_columnwise_weight, g.unit, g.id, DType::fp8_e4m3,
+                     weight_elements, shard_params, "fp8_columnwise_weight " + where);
     }
     if (!g.requires_grad) continue;
-    const int64_t optimizer_elements = shard_optimizer ? g.padded_elements / optimizer_ranks : g.padded_elements;
+    const int64_t optimizer_elements =
+        shard_optimizer ? g.padded_elements / optimizer_ranks : g.padded_elements;
     if (main_copy) {
       add_persistent(plan, BufferRole::main_weight, g.unit, g.id, c.main_param_dtype,
-                     optimizer_elements * dtype_bytes(c.main_param_dtype), shard_optimizer, "main_weight " + where);
+                     optimizer_elements * dtype_bytes(c.main_param_dtype), shard_optimizer,
+                     "main_weight " + where);
     }
-    add_persistent(plan, BufferRole::main_grad, g.unit, g.id, c.main_grad_dtype,
-                   (shard_grads ? g.shard_elements : g.padded_elements) * dtype_bytes(c.main_grad_dtype), shard_grads,
-                   "main_grad " + where);
+    add_persistent(
+        plan, BufferRole::main_grad, g.unit, g.id, c.main_grad_dtype,
+        (shard_grads ? g.shard_elements : g.padded_elements) * dtype_bytes(c.main_grad_dtype),
+        shard_grads, "main_grad " + where);
     const int states = c.optimizer == Optimizer::adam ? 2 : 1;
     for (int state = 0; state < states; ++state) {
-      add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32, optimizer_elements * 4,
-                     shard_optimizer, fmt::format("optimizer_state{} {}", state, where));
+      add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32,
+                     optimizer_elements * 4, shard_optimizer,
+                     fmt::format("optimizer_state{} {}", state, where));
     }
   }
   if (c.double_buffer) {
@@ -82,12 +88,13 @@ void add_persistent_buffers(Plan& plan) {
     }
     if (!shard_params) largest_weight = 0;
     for (int i = 0; i < 2; ++i) {
-      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype,
-                     largest_weight, false, fmt::format("double_buffer weight{}", i));
+      add_persistent(plan, BufferRole::double_buffer, -1, -1,
+                     c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype, largest_weight, false,
+                     fmt::format("double_buffer weight{}", i));
     }
     for (int i = 0; i < 2; ++i) {
-      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.grad_reduce_dtype, largest_grad, false,
-                     fmt::format("double_buffer grad{}", i));
+      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.grad_reduce_dtype, largest_grad,
+                     false, fmt::format("double_buffer grad{}", i));
     }
   }
 }
@@ -104,7 +111,8 @@ void pack_pool(Plan& plan, const OffsetAssigner& assigner) {
     index.push_back(i);
   }
   const PoolAssignment assignment = assigner.assign(requests, plan.pool.alignment_bytes);
-  for (std::size_t k = 0; k < index.size(); ++k) plan.buffers[index[k]].offset = assignment.offsets[k];
+  for (std::size_t k = 0; k < index.size(); ++k)
+    plan.buffers[index[k]].offset = assignment.offsets[k];
   plan.pool.algorithm = std::string(assigner.name());
   plan.pool.size_bytes = assignment.size_bytes;
   plan.pool.lower_bound_bytes = live_bytes_lower_bound(requests);
@@ -118,7 +126,8 @@ StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& c) {
     names.push_back(t.module->name);
     checkpointed.push_back(t.unit != 0);
   }
-  return generate_step_trace(model, std::move(names), std::move(checkpointed), c.grad_accum, c.recompute);
+  return generate_step_trace(model, std::move(names), std::move(checkpointed), c.grad_accum,
+                             c.recompute);
 }
 
 Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& c,

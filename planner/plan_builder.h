@@ -15,8 +15,8 @@ namespace shardplan {
 // groups, persistent buffers by the strategy table, the op schedule with every transient
 // buffer's live interval, and the pool those buffers are packed into by `assigner`
 // (default: the slots baseline). The result passes validate_plan.
-Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& resolved_config,
-                const OffsetAssigner* assigner = nullptr);
+Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster,
+                const FsdpConfig& resolved_config, const OffsetAssigner* assigner = nullptr);
 
 // The step trace the plan follows: the traced modules (units and the root's other
 // modules) through grad_accum micro-batches.

@@ -1,10 +1,10 @@
 #include "planner/plan_json.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -15,21 +15,25 @@ namespace shardplan {
 namespace {
 
 template <typename Enum>
-Enum parse_named(const JsonReader& r, std::string_view key, std::optional<Enum> (*parse)(std::string_view),
+Enum parse_named(const JsonReader& r, std::string_view key,
+                 std::optional<Enum> (*parse)(std::string_view),
                  std::vector<std::string> (*names)(), const char* what) {
   const std::string text = r.string(key);
   if (auto value = parse(text)) return *value;
   r.fail(key, unknown_name_message(what, text, names()));
 }
 
-nlohmann::json ids(const std::vector<int64_t>& v) { return v; }
+nlohmann::json ids(const std::vector<int64_t>& v) {
+  return v;
+}
 
 }  // namespace
 
 nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json units = nlohmann::json::array();
   for (const PlanUnit& u : plan.units) {
-    units.push_back({{"id", u.id}, {"name", u.name}, {"parameters", u.parameters}, {"groups", ids(u.groups)}});
+    units.push_back(
+        {{"id", u.id}, {"name", u.name}, {"parameters", u.parameters}, {"groups", ids(u.groups)}});
   }
   nlohmann::json groups = nlohmann::json::array();
   for (const ParamGroup& g : plan.groups) {
@@ -114,12 +118,13 @@ nlohmann::json plan_to_json(const Plan& plan) {
 Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"version", "model", "cluster", "num_gpus", "gpus_per_node", "non_tensor_bytes",
-                 "capacity_bytes", "config", "pool", "memory", "units", "groups", "segments", "buffers",
-                 "ops"});
+                 "capacity_bytes", "config", "pool", "memory", "units", "groups", "segments",
+                 "buffers", "ops"});
   Plan plan;
   plan.version = static_cast<int>(r.integer("version"));
   if (plan.version != kPlanVersion) {
-    r.fail("version", fmt::format("plan schema version {} is not the supported {}", plan.version, kPlanVersion));
+    r.fail("version", fmt::format("plan schema version {} is not the supported {}", plan.version,
+                                  kPlanVersion));
   }
   plan.model = r.string("model");
   plan.cluster = r.string("cluster");
@@ -143,36 +148,39 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                                   .groups = u.integers("groups")});
   }
   for (const JsonReader& g : r.objects("groups")) {
-    g.expect_only({"id", "unit", "dtype", "requires_grad", "elements", "padded_elements", "shard_elements",
-                   "parameters"});
-    plan.groups.push_back(ParamGroup{.id = g.integer("id"),
-                                     .unit = g.integer("unit"),
-                                     .dtype = parse_dtype(g.string("dtype"), label, g.path_of("dtype")),
-                                     .requires_grad = g.boolean("requires_grad"),
-                                     .elements = g.integer("elements"),
-                                     .padded_elements = g.integer("padded_elements"),
-                                     .shard_elements = g.integer("shard_elements"),
-                                     .parameters = g.strings("parameters")});
+    g.expect_only({"id", "unit", "dtype", "requires_grad", "elements", "padded_elements",
+                   "shard_elements", "parameters"});
+    plan.groups.push_back(
+        ParamGroup{.id = g.integer("id"),
+                   .unit = g.integer("unit"),
+                   .dtype = parse_dtype(g.string("dtype"), label, g.path_of("dtype")),
+                   .requires_grad = g.boolean("requires_grad"),
+                   .elements = g.integer("elements"),
+                   .padded_elements = g.integer("padded_elements"),
+                   .shard_elements = g.integer("shard_elements"),
+                   .parameters = g.strings("parameters")});
   }
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops", "io_bytes",
                    "activation_bytes", "full_activation_bytes", "checkpointed"});
-    plan.segments.push_back(PlanSegment{.id = s.integer("id"),
-                                        .unit = s.integer("unit"),
-                                        .label = s.string("label"),
-                                        .modules = s.strings("modules"),
-                                        .forward_flops = s.non_negative_number("forward_flops"),
-                                        .backward_flops = s.non_negative_number("backward_flops"),
-                                        .io_bytes = s.non_negative_number("io_bytes"),
-                                        .activation_bytes = s.non_negative_number("activation_bytes"),
-                                        .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
-                                        .checkpointed = s.boolean("checkpointed")});
+    plan.segments.push_back(
+        PlanSegment{.id = s.integer("id"),
+                    .unit = s.integer("unit"),
+                    .label = s.string("label"),
+                    .modules = s.strings("modules"),
+                    .forward_flops = s.non_negative_number("forward_flops"),
+                    .backward_flops = s.non_negative_number("backward_flops"),
+                    .io_bytes = s.non_negative_number("io_bytes"),
+                    .activation_bytes = s.non_negative_number("activation_bytes"),
+                    .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
+                    .checkpointed = s.boolean("checkpointed")});
   }
   for (const JsonReader& b : r.objects("buffers")) {
-    b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes", "persistent", "sharded",
-                   "live", "offset"});
+    b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes",
+                   "persistent", "sharded", "live", "offset"});
     PlanBuffer buffer{.id = b.integer("id"),
-                      .role = parse_named<BufferRole>(b, "role", parse_buffer_role, buffer_role_names, "buffer role"),
+                      .role = parse_named<BufferRole>(b, "role", parse_buffer_role,
+                                                      buffer_role_names, "buffer role"),
                       .unit = b.integer("unit"),
                       .group = b.integer("group"),
                       .micro_batch = b.integer("micro_batch"),
@@ -191,23 +199,24 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
     plan.buffers.push_back(std::move(buffer));
   }
   for (const JsonReader& o : r.objects("ops")) {
-    o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes", "flops", "group",
-                   "group_ranks", "deps", "reads", "writes"});
-    plan.ops.push_back(PlanOp{.id = o.integer("id"),
-                              .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
-                              .kind = parse_named<OpKind>(o, "kind", parse_op_kind, op_kind_names, "op kind"),
-                              .unit = o.integer("unit"),
-                              .segment = o.integer("segment"),
-                              .micro_batch = o.integer("micro_batch"),
-                              .name = o.string("name"),
-                              .bytes = o.non_negative_number("bytes"),
-                              .flops = o.non_negative_number("flops"),
-                              .group = parse_named<CommGroup>(o, "group", parse_comm_group, comm_group_names,
-                                                              "communication group"),
-                              .group_ranks = o.positive_integer("group_ranks"),
-                              .deps = o.integers("deps"),
-                              .reads = o.integers("reads"),
-                              .writes = o.integers("writes")});
+    o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes",
+                   "flops", "group", "group_ranks", "deps", "reads", "writes"});
+    plan.ops.push_back(
+        PlanOp{.id = o.integer("id"),
+               .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
+               .kind = parse_named<OpKind>(o, "kind", parse_op_kind, op_kind_names, "op kind"),
+               .unit = o.integer("unit"),
+               .segment = o.integer("segment"),
+               .micro_batch = o.integer("micro_batch"),
+               .name = o.string("name"),
+               .bytes = o.non_negative_number("bytes"),
+               .flops = o.non_negative_number("flops"),
+               .group = parse_named<CommGroup>(o, "group", parse_comm_group, comm_group_names,
+                                               "communication group"),
+               .group_ranks = o.positive_integer("group_ranks"),
+               .deps = o.integers("deps"),
+               .reads = o.integers("reads"),
+               .writes = o.integers("writes")});
   }
   return plan;
 }

@@ -54,21 +54,21 @@ PlanMemory plan_memory(const Plan& plan) {
         break;
     }
   }
-  m.unsharded_weights_peak =
-      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_weight; });
-  m.unsharded_grads_peak =
-      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
+  m.unsharded_weights_peak = transient_peak(
+      plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_weight; });
+  m.unsharded_grads_peak = transient_peak(
+      plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
   m.activations_peak = transient_peak(plan, [](const PlanBuffer& b) {
     return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations;
   });
-  m.fp8_transpose_cache_peak =
-      transient_peak(plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
+  m.fp8_transpose_cache_peak = transient_peak(
+      plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
   m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
   m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
   m.non_tensor = static_cast<double>(plan.non_tensor_bytes);
   m.transient = plan.config.allocator == Allocator::pool ? m.pool_bytes : m.pool_lower_bound_bytes;
-  m.total = m.model_weights + m.main_weights + m.main_grads + m.optimizer_states + m.double_buffers +
-            m.transient + m.non_tensor;
+  m.total = m.model_weights + m.main_weights + m.main_grads + m.optimizer_states +
+            m.double_buffers + m.transient + m.non_tensor;
   m.capacity = static_cast<double>(plan.capacity_bytes);
   m.headroom = m.capacity - m.total;
   m.fits = m.headroom >= 0;

@@ -1,10 +1,10 @@
 #include "planner/plan_validator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace shardplan {
 
@@ -37,31 +37,37 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
   const auto num_buffers = static_cast<int64_t>(plan.buffers.size());
   for (int64_t i = 0; i < num_buffers; ++i) {
     if (plan.buffers[static_cast<std::size_t>(i)].id != i) {
-      return PlanError{PlanErrorKind::bad_buffer_ref, fmt::format("buffer at index {} has id {}", i, plan.buffers[static_cast<std::size_t>(i)].id)};
+      return PlanError{PlanErrorKind::bad_buffer_ref,
+                       fmt::format("buffer at index {} has id {}", i,
+                                   plan.buffers[static_cast<std::size_t>(i)].id)};
     }
   }
   for (int64_t i = 0; i < num_ops; ++i) {
     const PlanOp& op = plan.ops[static_cast<std::size_t>(i)];
     if (op.id != i) {
-      return PlanError{PlanErrorKind::bad_dependency, fmt::format("op '{}' at index {} has id {}", op.name, i, op.id)};
+      return PlanError{PlanErrorKind::bad_dependency,
+                       fmt::format("op '{}' at index {} has id {}", op.name, i, op.id)};
     }
     for (int64_t dep : op.deps) {
       if (dep < 0 || dep >= i) {
         return PlanError{PlanErrorKind::bad_dependency,
-                         fmt::format("op {} '{}' depends on op {}, which does not come before it", i, op.name, dep)};
+                         fmt::format("op {} '{}' depends on op {}, which does not come before it",
+                                     i, op.name, dep)};
       }
     }
     for (const auto* list : {&op.reads, &op.writes}) {
       for (int64_t b : *list) {
         if (b < 0 || b >= num_buffers) {
-          return PlanError{PlanErrorKind::bad_buffer_ref,
-                           fmt::format("op {} '{}' uses buffer {}, which does not exist", i, op.name, b)};
+          return PlanError{
+              PlanErrorKind::bad_buffer_ref,
+              fmt::format("op {} '{}' uses buffer {}, which does not exist", i, op.name, b)};
         }
         const PlanBuffer& buffer = plan.buffers[static_cast<std::size_t>(b)];
         if (!buffer.persistent && (i < buffer.live_begin || i >= buffer.live_end)) {
-          return PlanError{PlanErrorKind::buffer_not_live,
-                           fmt::format("op {} '{}' uses buffer {} '{}' outside its live ops [{}, {})", i,
-                                       op.name, b, buffer.name, buffer.live_begin, buffer.live_end)};
+          return PlanError{
+              PlanErrorKind::buffer_not_live,
+              fmt::format("op {} '{}' uses buffer {} '{}' outside its live ops [{}, {})", i,
+                          op.name, b, buffer.name, buffer.live_begin, buffer.live_end)};
         }
       }
     }
@@ -77,12 +83,14 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
         if (b.persistent) continue;
         const int64_t waiter = first_waiter[static_cast<std::size_t>(op.id)];
         if (waiter >= num_ops || waiter > b.live_end) {
-          return PlanError{PlanErrorKind::unwaited_async_use,
-                           fmt::format("buffer {} '{}' is freed at op {} but op {} '{}' on the {} stream uses it "
-                                       "and {}",
-                                       b.id, b.name, b.live_end, op.id, op.name, stream_name(op.stream),
-                                       waiter >= num_ops ? "no compute op waits for it"
-                                                         : fmt::format("is first waited for at op {}", waiter))};
+          return PlanError{
+              PlanErrorKind::unwaited_async_use,
+              fmt::format(
+                  "buffer {} '{}' is freed at op {} but op {} '{}' on the {} stream uses it "
+                  "and {}",
+                  b.id, b.name, b.live_end, op.id, op.name, stream_name(op.stream),
+                  waiter >= num_ops ? "no compute op waits for it"
+                                    : fmt::format("is first waited for at op {}", waiter))};
         }
       }
     }
@@ -92,7 +100,8 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
   std::vector<const PlanBuffer*> transient;
   for (const PlanBuffer& b : plan.buffers) {
     if (b.bytes < 0) {
-      return PlanError{PlanErrorKind::size_mismatch, fmt::format("buffer {} '{}' has negative size", b.id, b.name)};
+      return PlanError{PlanErrorKind::size_mismatch,
+                       fmt::format("buffer {} '{}' has negative size", b.id, b.name)};
     }
     if (b.persistent) {
       if (b.offset >= 0) {
@@ -103,18 +112,18 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     }
     if (b.live_begin < 0 || b.live_begin >= b.live_end || b.live_end > num_ops) {
       return PlanError{PlanErrorKind::bad_interval,
-                       fmt::format("buffer {} '{}' has live ops [{}, {}) in a plan of {} ops", b.id, b.name,
-                                   b.live_begin, b.live_end, num_ops)};
+                       fmt::format("buffer {} '{}' has live ops [{}, {}) in a plan of {} ops", b.id,
+                                   b.name, b.live_begin, b.live_end, num_ops)};
     }
     if (b.offset < 0 || (alignment > 0 && b.offset % alignment != 0)) {
       return PlanError{PlanErrorKind::misaligned_offset,
-                       fmt::format("buffer {} '{}' at offset {} is not aligned to {} bytes", b.id, b.name,
-                                   b.offset, alignment)};
+                       fmt::format("buffer {} '{}' at offset {} is not aligned to {} bytes", b.id,
+                                   b.name, b.offset, alignment)};
     }
     if (b.offset + b.bytes > plan.pool.size_bytes) {
       return PlanError{PlanErrorKind::outside_pool,
-                       fmt::format("buffer {} '{}' ends at {} past the pool of {} bytes", b.id, b.name,
-                                   b.offset + b.bytes, plan.pool.size_bytes)};
+                       fmt::format("buffer {} '{}' ends at {} past the pool of {} bytes", b.id,
+                                   b.name, b.offset + b.bytes, plan.pool.size_bytes)};
     }
     transient.push_back(&b);
   }
@@ -127,14 +136,16 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
   std::multimap<int64_t, const PlanBuffer*> live_by_offset;
   std::multimap<int64_t, const PlanBuffer*> live_by_end;
   auto overlap = [](const PlanBuffer* a, const PlanBuffer* b) {
-    return a->bytes > 0 && b->bytes > 0 && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+    return a->bytes > 0 && b->bytes > 0 && a->offset < b->offset + b->bytes &&
+           b->offset < a->offset + a->bytes;
   };
   auto report = [](const PlanBuffer* a, const PlanBuffer* b) {
-    return PlanError{PlanErrorKind::overlapping_buffers,
-                     fmt::format("buffers {} '{}' [{}, {}) and {} '{}' [{}, {}) share bytes while both are live "
-                                 "(ops [{}, {}) and [{}, {}))",
-                                 a->id, a->name, a->offset, a->offset + a->bytes, b->id, b->name, b->offset,
-                                 b->offset + b->bytes, a->live_begin, a->live_end, b->live_begin, b->live_end)};
+    return PlanError{
+        PlanErrorKind::overlapping_buffers,
+        fmt::format("buffers {} '{}' [{}, {}) and {} '{}' [{}, {}) share bytes while both are live "
+                    "(ops [{}, {}) and [{}, {}))",
+                    a->id, a->name, a->offset, a->offset + a->bytes, b->id, b->name, b->offset,
+                    b->offset + b->bytes, a->live_begin, a->live_end, b->live_begin, b->live_end)};
   };
   for (const PlanBuffer* b : transient) {
     while (!live_by_end.empty() && live_by_end.begin()->first <= b->live_begin) {
@@ -150,7 +161,9 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     }
     auto next = live_by_offset.lower_bound(b->offset);
     // Every buffer starting at or after b's offset up to its end, and the one before.
-    for (auto it = next; it != live_by_offset.end() && it->first < b->offset + std::max<int64_t>(b->bytes, 1); ++it) {
+    for (auto it = next;
+         it != live_by_offset.end() && it->first < b->offset + std::max<int64_t>(b->bytes, 1);
+         ++it) {
       if (overlap(it->second, b)) return report(it->second, b);
     }
     if (next != live_by_offset.begin() && overlap(std::prev(next)->second, b)) {
@@ -162,27 +175,29 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
 
   if (plan.pool.size_bytes < plan.pool.lower_bound_bytes) {
     return PlanError{PlanErrorKind::size_mismatch,
-                     fmt::format("pool of {} bytes is below its lower bound of {}", plan.pool.size_bytes,
-                                 plan.pool.lower_bound_bytes)};
+                     fmt::format("pool of {} bytes is below its lower bound of {}",
+                                 plan.pool.size_bytes, plan.pool.lower_bound_bytes)};
   }
   for (const PlanUnit& unit : plan.units) {
     int64_t elements = 0;
     for (int64_t g : unit.groups) {
       if (g < 0 || g >= static_cast<int64_t>(plan.groups.size())) {
-        return PlanError{PlanErrorKind::size_mismatch, fmt::format("unit {} names group {}", unit.id, g)};
+        return PlanError{PlanErrorKind::size_mismatch,
+                         fmt::format("unit {} names group {}", unit.id, g)};
       }
       const ParamGroup& group = plan.groups[static_cast<std::size_t>(g)];
-      if (group.padded_elements < group.elements || group.shard_elements * plan.config.dp_shard != group.padded_elements) {
+      if (group.padded_elements < group.elements ||
+          group.shard_elements * plan.config.dp_shard != group.padded_elements) {
         return PlanError{PlanErrorKind::size_mismatch,
-                         fmt::format("group {} pads {} elements to {} in shards of {}", g, group.elements,
-                                     group.padded_elements, group.shard_elements)};
+                         fmt::format("group {} pads {} elements to {} in shards of {}", g,
+                                     group.elements, group.padded_elements, group.shard_elements)};
       }
       elements += group.elements;
     }
     if (elements != unit.parameters) {
       return PlanError{PlanErrorKind::size_mismatch,
-                       fmt::format("unit {} '{}' has {} parameters but its groups hold {}", unit.id, unit.name,
-                                   unit.parameters, elements)};
+                       fmt::format("unit {} '{}' has {} parameters but its groups hold {}", unit.id,
+                                   unit.name, unit.parameters, elements)};
     }
   }
   return std::nullopt;

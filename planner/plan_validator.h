@@ -9,15 +9,15 @@
 namespace shardplan {
 
 enum class PlanErrorKind {
-  bad_dependency,      // a dependency that does not exist or does not point backwards
-  bad_buffer_ref,      // an op names a buffer that does not exist
-  bad_interval,        // a transient buffer's live interval is empty or outside the ops
-  buffer_not_live,     // an op touches a transient buffer outside its live interval
-  misaligned_offset,   // a pool offset not a multiple of the alignment
-  outside_pool,        // a buffer reaching past the pool's end, or a persistent one in it
-  overlapping_buffers, // two buffers live at once share bytes
-  size_mismatch,       // totals that do not add up (groups, pool vs lower bound)
-  unwaited_async_use,  // a buffer freed before a compute op waits for its async reader
+  bad_dependency,       // a dependency that does not exist or does not point backwards
+  bad_buffer_ref,       // an op names a buffer that does not exist
+  bad_interval,         // a transient buffer's live interval is empty or outside the ops
+  buffer_not_live,      // an op touches a transient buffer outside its live interval
+  misaligned_offset,    // a pool offset not a multiple of the alignment
+  outside_pool,         // a buffer reaching past the pool's end, or a persistent one in it
+  overlapping_buffers,  // two buffers live at once share bytes
+  size_mismatch,        // totals that do not add up (groups, pool vs lower bound)
+  unwaited_async_use,   // a buffer freed before a compute op waits for its async reader
 };
 
 std::string_view plan_error_kind_name(PlanErrorKind kind);

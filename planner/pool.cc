@@ -71,7 +71,9 @@ class SlotsAssigner final : public OffsetAssigner {
 
 }  // namespace
 
-std::unique_ptr<OffsetAssigner> make_slots_assigner() { return std::make_unique<SlotsAssigner>(); }
+std::unique_ptr<OffsetAssigner> make_slots_assigner() {
+  return std::make_unique<SlotsAssigner>();
+}
 
 int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests) {
   // Sweep: at equal times frees come before allocations (half-open intervals).

@@ -1,9 +1,9 @@
 #include "planner/schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace shardplan {
 namespace {
@@ -94,7 +94,8 @@ void build_schedule(Plan& plan) {
   Emitter emit(plan);
   const auto num_units = plan.units.size();
   const int64_t last_mb = c.grad_accum - 1;
-  const double gather_bytes = c.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c.param_dtype));
+  const double gather_bytes =
+      c.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c.param_dtype));
   const double grad_bytes = static_cast<double>(dtype_bytes(c.grad_reduce_dtype));
 
   // Persistent buffers by (unit, role), for reads and writes.
@@ -160,24 +161,26 @@ void build_schedule(Plan& plan) {
       if (double_buffered && unit != 0) {
         buffer = double_buffer_for(layer_index, false);
       } else {
-        buffer = emit.transient(BufferRole::unsharded_weight, unit, -1, mb, c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype,
+        buffer = emit.transient(BufferRole::unsharded_weight, unit, -1, mb,
+                                c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype,
                                 unsharded_bytes(unit, gather_bytes, false),
                                 fmt::format("unsharded_weight{} {} mb{}", backward ? ".bwd" : "",
                                             unit_label(plan, unit), mb));
       }
       (backward ? unsharded_bwd : unsharded_fwd)[static_cast<std::size_t>(unit)] = buffer;
-      const int64_t id = emit.op(PlanOp{
-          .stream = Stream::ag,
-          .kind = OpKind::all_gather,
-          .unit = unit,
-          .micro_batch = mb,
-          .name = fmt::format("{} {} mb{}", backward ? "ag_bwd" : "ag_fwd", unit_label(plan, unit), mb),
-          .bytes = unsharded_bytes(unit, gather_bytes, false),
-          .group = CommGroup::dp_shard,
-          .group_ranks = c.dp_shard,
-          .deps = std::move(deps),
-          .reads = weights[static_cast<std::size_t>(unit)],
-          .writes = {buffer}});
+      const int64_t id =
+          emit.op(PlanOp{.stream = Stream::ag,
+                         .kind = OpKind::all_gather,
+                         .unit = unit,
+                         .micro_batch = mb,
+                         .name = fmt::format("{} {} mb{}", backward ? "ag_bwd" : "ag_fwd",
+                                             unit_label(plan, unit), mb),
+                         .bytes = unsharded_bytes(unit, gather_bytes, false),
+                         .group = CommGroup::dp_shard,
+                         .group_ranks = c.dp_shard,
+                         .deps = std::move(deps),
+                         .reads = weights[static_cast<std::size_t>(unit)],
+                         .writes = {buffer}});
       (backward ? ag_bwd : ag_fwd)[static_cast<std::size_t>(unit)] = id;
     };
 
@@ -187,7 +190,8 @@ void build_schedule(Plan& plan) {
     const std::vector<int64_t> start_deps = next_start_deps;
     if (s.shard_params) {
       gather(0, false, -1, start_deps);
-      for (int64_t i = 0; i <= std::min(kf, num_layers - 1); ++i) gather(layers[static_cast<std::size_t>(i)], false, i, start_deps);
+      for (int64_t i = 0; i <= std::min(kf, num_layers - 1); ++i)
+        gather(layers[static_cast<std::size_t>(i)], false, i, start_deps);
     }
     int64_t layer_index = 0;
     int64_t last_forward = -1;
@@ -195,8 +199,8 @@ void build_schedule(Plan& plan) {
     for (const PlanSegment& seg : plan.segments) {
       const auto u = static_cast<std::size_t>(seg.unit);
       activations[static_cast<std::size_t>(seg.id)] =
-          emit.transient(BufferRole::activations, seg.unit, -1, mb, c.param_dtype, seg.activation_bytes,
-                         fmt::format("activations {} mb{}", seg.label, mb));
+          emit.transient(BufferRole::activations, seg.unit, -1, mb, c.param_dtype,
+                         seg.activation_bytes, fmt::format("activations {} mb{}", seg.label, mb));
       std::vector<int64_t> deps;
       std::vector<int64_t> reads;
       if (s.shard_params) {
@@ -213,9 +217,10 @@ void build_schedule(Plan& plan) {
       std::vector<int64_t> writes = {activations[static_cast<std::size_t>(seg.id)]};
       // keep_fp8_transpose_cache: the transposed FP8 weights stay from forward to backward.
       if (c.keep_fp8_transpose_cache && seg.unit != 0) {
-        transpose_cache[u] = emit.transient(BufferRole::fp8_transpose_cache, seg.unit, -1, mb, DType::fp8_e4m3,
-                                            unsharded_bytes(seg.unit, 1.0, false),
-                                            fmt::format("fp8_transpose_cache {} mb{}", seg.label, mb));
+        transpose_cache[u] =
+            emit.transient(BufferRole::fp8_transpose_cache, seg.unit, -1, mb, DType::fp8_e4m3,
+                           unsharded_bytes(seg.unit, 1.0, false),
+                           fmt::format("fp8_transpose_cache {} mb{}", seg.label, mb));
         writes.push_back(transpose_cache[u]);
       }
       last_forward = emit.op(PlanOp{.stream = Stream::compute,
@@ -245,13 +250,15 @@ void build_schedule(Plan& plan) {
     std::vector<int64_t> backward_layers(layers.rbegin(), layers.rend());
     if (s.shard_params) {
       for (int64_t j = 0; j <= std::min(kb, num_layers - 1); ++j) {
-        gather(backward_layers[static_cast<std::size_t>(j)], true, num_layers - 1 - j, {last_forward});
+        gather(backward_layers[static_cast<std::size_t>(j)], true, num_layers - 1 - j,
+               {last_forward});
       }
     }
     auto reduce = [&](int64_t unit, std::vector<int64_t> deps) {
       const auto u = static_cast<std::size_t>(unit);
       const bool all_reduce = c.sharding_strategy == ShardingStrategy::no_shard;
-      std::vector<int64_t> reads = s.shard_grads ? std::vector<int64_t>{unsharded_grad[u]} : main_grads[u];
+      std::vector<int64_t> reads =
+          s.shard_grads ? std::vector<int64_t>{unsharded_grad[u]} : main_grads[u];
       const int64_t id = emit.op(PlanOp{
           .stream = c.async_reduce ? Stream::rs : Stream::compute,
           .kind = all_reduce ? OpKind::all_reduce : OpKind::reduce_scatter,
@@ -268,19 +275,21 @@ void build_schedule(Plan& plan) {
       last_reduce[u] = id;
       if (s.hsdp && mb == last_mb) {
         const bool outer_rs = c.outer_strategy == OuterStrategy::optim;
-        last_reduce[u] = emit.op(PlanOp{
-            .stream = Stream::outer,
-            .kind = outer_rs ? OpKind::reduce_scatter : OpKind::all_reduce,
-            .unit = unit,
-            .micro_batch = mb,
-            .name = fmt::format("{} {}", outer_rs ? "outer_rs" : "outer_ar", unit_label(plan, unit)),
-            .bytes = all_reduce ? unsharded_bytes(unit, grad_bytes, true)
-                                : unsharded_bytes(unit, grad_bytes, true) / static_cast<double>(c.dp_shard),
-            .group = CommGroup::dp_outer,
-            .group_ranks = c.dp_outer,
-            .deps = {id},
-            .reads = main_grads[u],
-            .writes = main_grads[u]});
+        last_reduce[u] =
+            emit.op(PlanOp{.stream = Stream::outer,
+                           .kind = outer_rs ? OpKind::reduce_scatter : OpKind::all_reduce,
+                           .unit = unit,
+                           .micro_batch = mb,
+                           .name = fmt::format("{} {}", outer_rs ? "outer_rs" : "outer_ar",
+                                               unit_label(plan, unit)),
+                           .bytes = all_reduce ? unsharded_bytes(unit, grad_bytes, true)
+                                               : unsharded_bytes(unit, grad_bytes, true) /
+                                                     static_cast<double>(c.dp_shard),
+                           .group = CommGroup::dp_outer,
+                           .group_ranks = c.dp_outer,
+                           .deps = {id},
+                           .reads = main_grads[u],
+                           .writes = main_grads[u]});
       }
     };
 
@@ -328,11 +337,13 @@ void build_schedule(Plan& plan) {
       std::vector<int64_t> writes;
       if (s.shard_grads && has_grads(seg.unit)) {
         if (unsharded_grad[u] < 0) {
-          unsharded_grad[u] = double_buffered && layer
-                                  ? double_buffer_for(num_layers - 1 - backward_index, true)
-                                  : emit.transient(BufferRole::unsharded_grad, seg.unit, -1, mb,
-                                                   c.grad_reduce_dtype, unsharded_bytes(seg.unit, grad_bytes, true),
-                                                   fmt::format("unsharded_grad {} mb{}", unit_label(plan, seg.unit), mb));
+          unsharded_grad[u] =
+              double_buffered && layer
+                  ? double_buffer_for(num_layers - 1 - backward_index, true)
+                  : emit.transient(
+                        BufferRole::unsharded_grad, seg.unit, -1, mb, c.grad_reduce_dtype,
+                        unsharded_bytes(seg.unit, grad_bytes, true),
+                        fmt::format("unsharded_grad {} mb{}", unit_label(plan, seg.unit), mb));
         }
         writes.push_back(unsharded_grad[u]);
       } else {
@@ -353,7 +364,8 @@ void build_schedule(Plan& plan) {
       if (layer) {
         const int64_t next = backward_index + kb + 1;
         if (s.shard_params && next < num_layers) {
-          gather(backward_layers[static_cast<std::size_t>(next)], true, num_layers - 1 - next, {last_backward});
+          gather(backward_layers[static_cast<std::size_t>(next)], true, num_layers - 1 - next,
+                 {last_backward});
         }
         if (reduce_now && has_grads(seg.unit)) {
           reduce(seg.unit, {last_backward});
@@ -387,8 +399,9 @@ void build_schedule(Plan& plan) {
   }
   double optimizer_bytes = 0;
   for (const PlanBuffer& b : plan.buffers) {
-    if (b.persistent && (b.role == BufferRole::main_weight || b.role == BufferRole::optimizer_state ||
-                         b.role == BufferRole::main_grad)) {
+    if (b.persistent &&
+        (b.role == BufferRole::main_weight || b.role == BufferRole::optimizer_state ||
+         b.role == BufferRole::main_grad)) {
       optimizer_bytes += 2.0 * static_cast<double>(b.bytes);  // read and write back
     }
   }
@@ -407,29 +420,31 @@ void build_schedule(Plan& plan) {
     const auto unit = static_cast<int64_t>(u);
     if (!has_grads(unit)) continue;
     if (c.outer_strategy == OuterStrategy::optim && s.hsdp) {
-      emit.op(PlanOp{.stream = Stream::outer,
-                     .kind = OpKind::all_gather,
-                     .unit = unit,
-                     .name = fmt::format("outer_ag {}", unit_label(plan, unit)),
-                     .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true) /
-                              static_cast<double>(c.dp_shard),
-                     .group = CommGroup::dp_outer,
-                     .group_ranks = c.dp_outer,
-                     .deps = {step},
-                     .reads = optimizer[u],
-                     .writes = weights[u]});
+      emit.op(PlanOp{
+          .stream = Stream::outer,
+          .kind = OpKind::all_gather,
+          .unit = unit,
+          .name = fmt::format("outer_ag {}", unit_label(plan, unit)),
+          .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true) /
+                   static_cast<double>(c.dp_shard),
+          .group = CommGroup::dp_outer,
+          .group_ranks = c.dp_outer,
+          .deps = {step},
+          .reads = optimizer[u],
+          .writes = weights[u]});
     }
     if (post_gather) {
-      emit.op(PlanOp{.stream = Stream::ag,
-                     .kind = OpKind::all_gather,
-                     .unit = unit,
-                     .name = fmt::format("ag_post {}", unit_label(plan, unit)),
-                     .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true),
-                     .group = CommGroup::dp_shard,
-                     .group_ranks = c.dp_shard,
-                     .deps = {step},
-                     .reads = optimizer[u],
-                     .writes = weights[u]});
+      emit.op(PlanOp{
+          .stream = Stream::ag,
+          .kind = OpKind::all_gather,
+          .unit = unit,
+          .name = fmt::format("ag_post {}", unit_label(plan, unit)),
+          .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true),
+          .group = CommGroup::dp_shard,
+          .group_ranks = c.dp_shard,
+          .deps = {step},
+          .reads = optimizer[u],
+          .writes = weights[u]});
     }
   }
 }

@@ -43,9 +43,8 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
   for (const TracedModule& t : traced) {
     const bool root = t.unit == 0;
     if (segments.empty() || !root || segments.back().unit != 0) {
-      segments.push_back(PlanSegment{.id = static_cast<int64_t>(segments.size()),
-                                     .unit = t.unit,
-                                     .checkpointed = !root});
+      segments.push_back(PlanSegment{
+          .id = static_cast<int64_t>(segments.size()), .unit = t.unit, .checkpointed = !root});
     }
     PlanSegment& s = segments.back();
     s.label += (s.label.empty() ? "" : "+") + t.module->name;

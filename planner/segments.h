@@ -17,7 +17,8 @@ struct TracedModule {
 
 // The traced modules in forward order: every unit module, and every maximal subtree
 // outside the units (the root's embedding, final norm, head, loss).
-std::vector<TracedModule> traced_modules(const ModelSpec& model, const std::vector<FsdpUnit>& units);
+std::vector<TracedModule> traced_modules(const ModelSpec& model,
+                                         const std::vector<FsdpUnit>& units);
 
 // Groups consecutive traced modules of one unit into segments and costs them for one
 // micro-batch of `shape` under `recompute` (checkpointed: the unit segments).

@@ -17,10 +17,12 @@ struct Setup {
 };
 
 Setup setup(const char* model, int64_t nodes, int64_t grad_accum, const char* recompute) {
-  Setup s{shardplan::load_model(model), shardplan::load_cluster("dgx-h100", nodes, std::nullopt), {}};
+  Setup s{
+      shardplan::load_model(model), shardplan::load_cluster("dgx-h100", nodes, std::nullopt), {}};
   s.config = shardplan::resolve_fsdp_config(
-      shardplan::fsdp_config_from_json({{"grad_accum", grad_accum}, {"recompute", recompute}}, "bench"), s.model,
-      s.cluster, "bench");
+      shardplan::fsdp_config_from_json({{"grad_accum", grad_accum}, {"recompute", recompute}},
+                                       "bench"),
+      s.model, s.cluster, "bench");
   return s;
 }
 
@@ -53,7 +55,8 @@ BENCHMARK(BM_ValidatePlan405B)->Unit(benchmark::kMillisecond);
 
 void BM_BuildPlan8B(benchmark::State& state) {
   const Setup s = setup("llama3-8b", 1, 1, "none");
-  for (auto _ : state) benchmark::DoNotOptimize(shardplan::build_plan(s.model, s.cluster, s.config).pool.size_bytes);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(shardplan::build_plan(s.model, s.cluster, s.config).pool.size_bytes);
 }
 BENCHMARK(BM_BuildPlan8B)->Unit(benchmark::kMicrosecond);
 

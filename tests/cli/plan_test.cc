@@ -27,22 +27,25 @@ TEST(PlanCommand, DefaultJobSummary) {
   EXPECT_EQ(j["units"], 33);  // 32 decoder layers and the root unit
   const nlohmann::json& m = j["memory"];
   EXPECT_GE(m["pool_bytes"].get<double>(), m["pool_lower_bound_bytes"].get<double>());
-  const double total = m["model_weights_bytes"].get<double>() + m["main_weights_bytes"].get<double>() +
-                       m["main_grads_bytes"].get<double>() + m["optimizer_states_bytes"].get<double>() +
-                       m["double_buffers_bytes"].get<double>() + m["transient_bytes"].get<double>() +
-                       m["non_tensor_bytes"].get<double>();
+  const double total = m["model_weights_bytes"].get<double>() +
+                       m["main_weights_bytes"].get<double>() + m["main_grads_bytes"].get<double>() +
+                       m["optimizer_states_bytes"].get<double>() +
+                       m["double_buffers_bytes"].get<double>() +
+                       m["transient_bytes"].get<double>() + m["non_tensor_bytes"].get<double>();
   EXPECT_DOUBLE_EQ(m["total_bytes"].get<double>(), total);
   EXPECT_EQ(m["fits"].get<bool>(), m["headroom_bytes"].get<double>() >= 0);
   // With the default caching allocator the transient part is the live peak.
   EXPECT_DOUBLE_EQ(m["transient_bytes"].get<double>(), m["pool_lower_bound_bytes"].get<double>());
   const nlohmann::json pooled = plan_json({"--set", "allocator=pool"});
-  EXPECT_DOUBLE_EQ(pooled["memory"]["transient_bytes"].get<double>(), pooled["memory"]["pool_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(pooled["memory"]["transient_bytes"].get<double>(),
+                   pooled["memory"]["pool_bytes"].get<double>());
 }
 
 TEST(PlanCommand, WritesAValidPlanFile) {
   const std::string path = write_temp_file("plan.json", "");
   std::filesystem::remove(path);
-  const nlohmann::json j = plan_json({"--model", "tiny", "--gpus", "2", "--set", "grad_accum=2", "-o", path});
+  const nlohmann::json j =
+      plan_json({"--model", "tiny", "--gpus", "2", "--set", "grad_accum=2", "-o", path});
   std::ifstream in(path);
   ASSERT_TRUE(in.good());
   const nlohmann::json plan = nlohmann::json::parse(in);
@@ -59,7 +62,8 @@ TEST(PlanCommand, WritesAValidPlanFile) {
 }
 
 TEST(PlanCommand, DoesNotFitNamesTheLargestTerm) {
-  const CommandResult r = run_shardplan({"plan", "--model", "llama3-70b", "--set", "micro_batch=4"});
+  const CommandResult r =
+      run_shardplan({"plan", "--model", "llama3-70b", "--set", "micro_batch=4"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("does not fit by"));
   EXPECT_THAT(r.out, HasSubstr("(largest term: activations)"));
@@ -87,15 +91,22 @@ TEST_P(PlanRejects, NamesTheField) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plan, PlanRejects,
-    ::testing::Values(BadPlan{"dp_shard", {"--set", "dp_shard=3"}, "config (with flags): /dp_shard", "must equal"},
-                      BadPlan{"units", {"--set", "unit_modules=[\"blocks.*\"]"}, "/unit_modules/0",
-                              "matches no module"},
-                      BadPlan{"double_buffer_prefetch",
-                              {"--set", "double_buffer=true", "--set", "forward_prefetch=2"}, "/forward_prefetch",
-                              "double_buffer holds two units"},
-                      BadPlan{"unknown_key", {"--set", "prefetch=2"}, "--set: prefetch", "unknown config key"},
-                      BadPlan{"unwritable_output", {"-o", "/nonexistent-dir/plan.json"}, "/nonexistent-dir/plan.json",
-                              "cannot write"}),
+    ::testing::Values(
+        BadPlan{
+            "dp_shard", {"--set", "dp_shard=3"}, "config (with flags): /dp_shard", "must equal"},
+        BadPlan{"units",
+                {"--set", "unit_modules=[\"blocks.*\"]"},
+                "/unit_modules/0",
+                "matches no module"},
+        BadPlan{"double_buffer_prefetch",
+                {"--set", "double_buffer=true", "--set", "forward_prefetch=2"},
+                "/forward_prefetch",
+                "double_buffer holds two units"},
+        BadPlan{"unknown_key", {"--set", "prefetch=2"}, "--set: prefetch", "unknown config key"},
+        BadPlan{"unwritable_output",
+                {"-o", "/nonexistent-dir/plan.json"},
+                "/nonexistent-dir/plan.json",
+                "cannot write"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Persistent memory of a plan against the strategy table computed independently here,
 // DeepSpeed's published estimators, and Megatron-FSDP's own peak-memory bound.
+#include "planner/plan_memory.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
-#include "planner/plan_memory.h"
 #include "planner/plan_validator.h"
 
 namespace shardplan {
@@ -38,7 +39,8 @@ Plan llama8b_plan(const nlohmann::json& config, int64_t nodes = 1) {
 TEST(PlanMemory, PersistentBytesFollowTheStrategyTable) {
   const int64_t n = 8;
   // Σ over units of the padded group, and of its shard.
-  const double full = 32.0 * static_cast<double>(padded(kLayer, n)) + static_cast<double>(padded(kRoot, n));
+  const double full =
+      32.0 * static_cast<double>(padded(kLayer, n)) + static_cast<double>(padded(kRoot, n));
   const double shard = full / n;
   struct Row {
     const char* strategy;
@@ -63,7 +65,8 @@ TEST(PlanMemory, HsdpOptimizerShardsOverBothDimensions) {
   // 2 nodes: dp_shard 8 × dp_outer 2; groups pad to 256 × 16 so the optimizer's shard of
   // the padded group divides by 16.
   const PlanMemory m = plan_memory(llama8b_plan({{"dp_outer", 2}, {"outer_strategy", "optim"}}, 2));
-  const double full = 32.0 * static_cast<double>(padded(kLayer, 16)) + static_cast<double>(padded(kRoot, 16));
+  const double full =
+      32.0 * static_cast<double>(padded(kLayer, 16)) + static_cast<double>(padded(kRoot, 16));
   EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * full / 16);
   EXPECT_DOUBLE_EQ(m.main_weights, 4 * full / 16);
   EXPECT_DOUBLE_EQ(m.model_weights, 2 * full / 8);
@@ -73,10 +76,13 @@ TEST(PlanMemory, DeepSpeedModelStateEstimates) {
   const double p = 32.0 * kLayer + kRoot;
   // ZeRO-3 with fp32 gradients: 18·P/N (2 + 4 + 4 + 8), to padding.
   const PlanMemory z3 = plan_memory(llama8b_plan({{"main_grad_dtype", "fp32"}}, 4));
-  EXPECT_NEAR((z3.model_weights + z3.main_grads + z3.main_weights + z3.optimizer_states) / (18 * p / 32), 1.0, 1e-4);
+  EXPECT_NEAR(
+      (z3.model_weights + z3.main_grads + z3.main_weights + z3.optimizer_states) / (18 * p / 32),
+      1.0, 1e-4);
   // ZeRO-2: ours is 2P + 16P/N; DeepSpeed's estimator says 2P + 18P/N, counting the fp16
   // gradient partition it keeps beside the fp32 one (docs/model.md).
-  const PlanMemory z2 = plan_memory(llama8b_plan({{"sharding_strategy", "optim_grads"}, {"main_grad_dtype", "fp32"}}, 4));
+  const PlanMemory z2 = plan_memory(
+      llama8b_plan({{"sharding_strategy", "optim_grads"}, {"main_grad_dtype", "fp32"}}, 4));
   const double ours = z2.model_weights + z2.main_grads + z2.main_weights + z2.optimizer_states;
   EXPECT_NEAR(ours / (2 * p + 16 * p / 32), 1.0, 1e-4);
   EXPECT_NEAR((2 * p + 18 * p / 32 - ours) / (2 * p / 32), 1.0, 1e-3);
@@ -87,7 +93,8 @@ TEST(PlanMemory, PoolIsAtLeastItsLowerBoundAndTotalAddsUp) {
     const Plan plan = llama8b_plan({{"allocator", allocator}, {"grad_accum", 2}});
     const PlanMemory m = plan_memory(plan);
     EXPECT_GE(m.pool_bytes, m.pool_lower_bound_bytes);
-    EXPECT_DOUBLE_EQ(m.transient, std::string(allocator) == "pool" ? m.pool_bytes : m.pool_lower_bound_bytes);
+    EXPECT_DOUBLE_EQ(m.transient,
+                     std::string(allocator) == "pool" ? m.pool_bytes : m.pool_lower_bound_bytes);
     EXPECT_DOUBLE_EQ(m.total, m.model_weights + m.main_weights + m.main_grads + m.optimizer_states +
                                   m.double_buffers + m.transient + m.non_tensor);
     EXPECT_EQ(m.fits, m.headroom >= 0);
@@ -122,7 +129,8 @@ TEST(PlanMemory, TransientFsdpBuffersStayBelowFiveUnits) {
     const ModelSpec model = build_transformer(a, "t", "test");
     const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
     const FsdpConfig c = resolve_fsdp_config(
-        fsdp_config_from_json({{"seq_len", 64}, {"grad_accum", 1 + trial % 3}}, "cfg"), model, cluster, "cfg");
+        fsdp_config_from_json({{"seq_len", 64}, {"grad_accum", 1 + trial % 3}}, "cfg"), model,
+        cluster, "cfg");
     const Plan plan = build_plan(model, cluster, c);
     ASSERT_FALSE(validate_plan(plan).has_value());
     int64_t unit_bytes = 0;
@@ -131,7 +139,8 @@ TEST(PlanMemory, TransientFsdpBuffersStayBelowFiveUnits) {
       if (b.persistent || b.unit <= 0) continue;
       if (b.role != BufferRole::unsharded_weight && b.role != BufferRole::unsharded_grad) continue;
       unit_bytes = std::max(unit_bytes, b.bytes);
-      for (int64_t t = b.live_begin; t < b.live_end; ++t) live[static_cast<std::size_t>(t)] += b.bytes;
+      for (int64_t t = b.live_begin; t < b.live_end; ++t)
+        live[static_cast<std::size_t>(t)] += b.bytes;
     }
     const int64_t peak = *std::max_element(live.begin(), live.end());
     EXPECT_LE(peak, 5 * unit_bytes) << a.num_layers << " layers";
@@ -150,7 +159,8 @@ TEST(PlanMemory, FrozenParametersHaveNoOptimizerState) {
     freeze(layer);
   }
   const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
-  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json({{"seq_len", 16}}, "cfg"), model, cluster, "cfg");
+  const FsdpConfig c =
+      resolve_fsdp_config(fsdp_config_from_json({{"seq_len", 16}}, "cfg"), model, cluster, "cfg");
   const Plan plan = build_plan(model, cluster, c);
   ASSERT_FALSE(validate_plan(plan).has_value());
   const PlanUnit& frozen = plan.units[1];

@@ -37,7 +37,8 @@ ModelSpec random_model(std::mt19937& rng) {
 
 double persistent_bytes(const Plan& plan) {
   double total = 0;
-  for (const PlanBuffer& b : plan.buffers) total += b.persistent ? static_cast<double>(b.bytes) : 0.0;
+  for (const PlanBuffer& b : plan.buffers)
+    total += b.persistent ? static_cast<double>(b.bytes) : 0.0;
   return total;
 }
 
@@ -73,8 +74,8 @@ TEST(PlanProperties, RandomModelsAllStrategies) {
           config = resolve_fsdp_config(config, model, cluster, "cfg");
           const Plan plan = build_plan(model, cluster, config);
           const auto error = validate_plan(plan);
-          ASSERT_FALSE(error.has_value()) << strategy << " prefetch " << prefetch << " " << recompute
-                                          << ": " << error->message;
+          ASSERT_FALSE(error.has_value())
+              << strategy << " prefetch " << prefetch << " " << recompute << ": " << error->message;
           EXPECT_GE(plan.pool.size_bytes, plan.pool.lower_bound_bytes);
           const double persistent = persistent_bytes(plan);
           EXPECT_LE(persistent, previous) << strategy;
@@ -92,15 +93,17 @@ TEST(PlanProperties, ZooModelsValidate) {
   for (const char* name : {"tiny", "llama3-8b", "mixtral-8x7b"}) {
     const ModelSpec model = load_model(name);
     const ClusterSpec cluster = load_cluster("dgx-h100", 2, std::nullopt);
-    for (const nlohmann::json& extra : {nlohmann::json::object(),
-                                        nlohmann::json{{"dp_outer", 2}, {"outer_strategy", "optim"}},
-                                        nlohmann::json{{"double_buffer", true}},
-                                        nlohmann::json{{"fp8_param_gather", true}, {"fp8_recipe", "mxfp8"},
-                                                       {"keep_fp8_transpose_cache", true}},
-                                        nlohmann::json{{"bucket_bytes", 1 << 20}, {"grad_accum", 2}}}) {
+    for (const nlohmann::json& extra :
+         {nlohmann::json::object(), nlohmann::json{{"dp_outer", 2}, {"outer_strategy", "optim"}},
+          nlohmann::json{{"double_buffer", true}},
+          nlohmann::json{{"fp8_param_gather", true},
+                         {"fp8_recipe", "mxfp8"},
+                         {"keep_fp8_transpose_cache", true}},
+          nlohmann::json{{"bucket_bytes", 1 << 20}, {"grad_accum", 2}}}) {
       nlohmann::json j = extra;
       j["seq_len"] = 4096;
-      const FsdpConfig config = resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
+      const FsdpConfig config =
+          resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
       const Plan plan = build_plan(model, cluster, config);
       const auto error = validate_plan(plan);
       EXPECT_FALSE(error.has_value()) << name << " " << extra.dump() << ": " << error->message;

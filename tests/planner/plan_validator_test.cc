@@ -1,11 +1,12 @@
 // The validator catches broken plans, and plan.json round-trips.
+#include "planner/plan_validator.h"
+
 #include <gtest/gtest.h>
 
 #include "models/error.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
-#include "planner/plan_validator.h"
 #include "tests/expect_input_error.h"
 
 namespace shardplan {
@@ -62,7 +63,8 @@ TEST(PlanValidator, RemovedDependencyLetsAReduceScatterBeFreedUnwaited) {
     if (op.name == "rs layers.1 mb0") rs = op.id;
   }
   ASSERT_GE(rs, 0);
-  for (PlanOp& op : plan.ops) op.deps.erase(std::remove(op.deps.begin(), op.deps.end(), rs), op.deps.end());
+  for (PlanOp& op : plan.ops)
+    op.deps.erase(std::remove(op.deps.begin(), op.deps.end(), rs), op.deps.end());
   const auto error = validate_plan(plan);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->kind, PlanErrorKind::unwaited_async_use);
@@ -77,7 +79,8 @@ TEST(PlanValidator, DependencyForwardInTime) {
 
 TEST(PlanValidator, BufferUsedOutsideItsInterval) {
   Plan plan = tiny_plan();
-  PlanBuffer& b = plan.buffers[static_cast<std::size_t>(find_buffer(plan, "activations layers.0 mb0")->id)];
+  PlanBuffer& b =
+      plan.buffers[static_cast<std::size_t>(find_buffer(plan, "activations layers.0 mb0")->id)];
   b.live_end = b.live_begin + 1;  // the backward still reads it
   EXPECT_EQ(error_kind(plan), PlanErrorKind::buffer_not_live);
 }
@@ -102,8 +105,9 @@ TEST(PlanValidator, SizesThatDoNotAddUp) {
 }
 
 TEST(PlanJson, RoundTrips) {
-  for (const nlohmann::json& extra : {nlohmann::json::object(), nlohmann::json{{"sharding_strategy", "optim"}},
-                                      nlohmann::json{{"recompute", "full"}, {"allocator", "pool"}}}) {
+  for (const nlohmann::json& extra :
+       {nlohmann::json::object(), nlohmann::json{{"sharding_strategy", "optim"}},
+        nlohmann::json{{"recompute", "full"}, {"allocator", "pool"}}}) {
     const Plan plan = tiny_plan(extra);
     const nlohmann::json written = plan_to_json(plan);
     const Plan read = plan_from_json(written, "plan.json");
@@ -116,13 +120,16 @@ TEST(PlanJson, RoundTrips) {
 TEST(PlanJson, RejectsOtherVersionsAndBadFields) {
   nlohmann::json j = plan_to_json(tiny_plan());
   j["version"] = 99;
-  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/version", "not the supported 1");
+  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/version",
+                              "not the supported 1");
   j = plan_to_json(tiny_plan());
   j["ops"][3]["stream"] = "nccl";
-  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/ops/3/stream", "unknown stream 'nccl'");
+  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/ops/3/stream",
+                              "unknown stream 'nccl'");
   j = plan_to_json(tiny_plan());
   j["buffers"][0]["role"] = "weights";
-  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/buffers/0/role", "unknown buffer role");
+  testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/buffers/0/role",
+                              "unknown buffer role");
   j = plan_to_json(tiny_plan());
   j["buffers"].back().erase("live");
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); },
@@ -134,11 +141,12 @@ TEST(StepTrace, FollowsTheTraceTheScheduleUses) {
   const ModelSpec model = load_model("tiny");
   const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
   const FsdpConfig c = resolve_fsdp_config(
-      fsdp_config_from_json({{"seq_len", 32}, {"grad_accum", 2}, {"recompute", "full"}}, "cfg"), model, cluster,
-      "cfg");
+      fsdp_config_from_json({{"seq_len", 32}, {"grad_accum", 2}, {"recompute", "full"}}, "cfg"),
+      model, cluster, "cfg");
   const StepTrace trace = plan_step_trace(model, c);
-  EXPECT_EQ(trace.modules, (std::vector<std::string>{"embed_tokens", "layers.0", "layers.1", "layers.2", "layers.3",
-                                                     "norm", "lm_head", "loss"}));
+  EXPECT_EQ(trace.modules,
+            (std::vector<std::string>{"embed_tokens", "layers.0", "layers.1", "layers.2",
+                                      "layers.3", "norm", "lm_head", "loss"}));
   // Per micro-batch: 8 modules × 2 forward events, 8 × 2 backward events, a recompute per
   // layer, the final callback; then the optimizer step.
   EXPECT_EQ(trace.events.size(), 2u * (16 + 16 + 4 + 1) + 1);
@@ -157,9 +165,9 @@ TEST(StepTrace, FollowsTheTraceTheScheduleUses) {
   for (const PlanOp& op : plan.ops) {
     if (op.kind == OpKind::forward && op.micro_batch == 0) forward.push_back(op.name);
   }
-  EXPECT_EQ(forward, (std::vector<std::string>{"fwd embed_tokens mb0", "fwd layers.0 mb0", "fwd layers.1 mb0",
-                                               "fwd layers.2 mb0", "fwd layers.3 mb0",
-                                               "fwd norm+lm_head+loss mb0"}));
+  EXPECT_EQ(forward, (std::vector<std::string>{"fwd embed_tokens mb0", "fwd layers.0 mb0",
+                                               "fwd layers.1 mb0", "fwd layers.2 mb0",
+                                               "fwd layers.3 mb0", "fwd norm+lm_head+loss mb0"}));
 }
 
 }  // namespace

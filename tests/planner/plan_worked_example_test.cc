@@ -29,14 +29,14 @@ ModelSpec three_units() {
 Plan plan_for(int64_t prefetch, const char* recompute) {
   const ModelSpec model = three_units();
   const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
-  const FsdpConfig config = resolve_fsdp_config(
-      fsdp_config_from_json({{"forward_prefetch", prefetch},
-                             {"backward_prefetch", prefetch},
-                             {"recompute", recompute},
-                             {"grad_accum", 2},
-                             {"seq_len", 4}},
-                            "cfg"),
-      model, cluster, "cfg");
+  const FsdpConfig config =
+      resolve_fsdp_config(fsdp_config_from_json({{"forward_prefetch", prefetch},
+                                                 {"backward_prefetch", prefetch},
+                                                 {"recompute", recompute},
+                                                 {"grad_accum", 2},
+                                                 {"seq_len", 4}},
+                                                "cfg"),
+                          model, cluster, "cfg");
   Plan plan = build_plan(model, cluster, config);
   const auto error = validate_plan(plan);
   EXPECT_FALSE(error.has_value()) << error->message;
@@ -78,42 +78,26 @@ TEST(WorkedExample, PrefetchOneRecomputeNone) {
   // never makes a backward wait (only two layers), so the final callback waits for all.
   const std::vector<int64_t> end0 = {11, 13, 14, 15};
   expect_ops(plan, {
-                       {"ag_fwd <root> mb0", {}},
-                       {"ag_fwd blocks.0 mb0", {}},
-                       {"ag_fwd blocks.1 mb0", {}},
-                       {"fwd embed mb0", {0}},
-                       {"fwd blocks.0 mb0", {1, 3}},
-                       {"fwd blocks.1 mb0", {2, 4}},
-                       {"fwd head mb0", {0, 5}},
-                       {"ag_bwd blocks.1 mb0", {6}},
-                       {"ag_bwd blocks.0 mb0", {6}},
-                       {"bwd head mb0", {6}},
-                       {"bwd blocks.1 mb0", {7, 9}},
-                       {"rs blocks.1 mb0", {10}},
-                       {"bwd blocks.0 mb0", {8, 10}},
-                       {"rs blocks.0 mb0", {12}},
-                       {"bwd embed mb0", {12}},
-                       {"rs <root> mb0", {14}},
-                       {"ag_fwd <root> mb1", end0},
-                       {"ag_fwd blocks.0 mb1", end0},
-                       {"ag_fwd blocks.1 mb1", end0},
-                       {"fwd embed mb1", {11, 13, 14, 15, 16}},
-                       {"fwd blocks.0 mb1", {17, 19}},
-                       {"fwd blocks.1 mb1", {18, 20}},
-                       {"fwd head mb1", {16, 21}},
-                       {"ag_bwd blocks.1 mb1", {22}},
-                       {"ag_bwd blocks.0 mb1", {22}},
-                       {"bwd head mb1", {22}},
-                       {"bwd blocks.1 mb1", {23, 25}},
-                       {"rs blocks.1 mb1", {26}},
-                       {"bwd blocks.0 mb1", {24, 26}},
-                       {"rs blocks.0 mb1", {28}},
-                       {"bwd embed mb1", {28}},
-                       {"rs <root> mb1", {30}},
+                       {"ag_fwd <root> mb0", {}},        {"ag_fwd blocks.0 mb0", {}},
+                       {"ag_fwd blocks.1 mb0", {}},      {"fwd embed mb0", {0}},
+                       {"fwd blocks.0 mb0", {1, 3}},     {"fwd blocks.1 mb0", {2, 4}},
+                       {"fwd head mb0", {0, 5}},         {"ag_bwd blocks.1 mb0", {6}},
+                       {"ag_bwd blocks.0 mb0", {6}},     {"bwd head mb0", {6}},
+                       {"bwd blocks.1 mb0", {7, 9}},     {"rs blocks.1 mb0", {10}},
+                       {"bwd blocks.0 mb0", {8, 10}},    {"rs blocks.0 mb0", {12}},
+                       {"bwd embed mb0", {12}},          {"rs <root> mb0", {14}},
+                       {"ag_fwd <root> mb1", end0},      {"ag_fwd blocks.0 mb1", end0},
+                       {"ag_fwd blocks.1 mb1", end0},    {"fwd embed mb1", {11, 13, 14, 15, 16}},
+                       {"fwd blocks.0 mb1", {17, 19}},   {"fwd blocks.1 mb1", {18, 20}},
+                       {"fwd head mb1", {16, 21}},       {"ag_bwd blocks.1 mb1", {22}},
+                       {"ag_bwd blocks.0 mb1", {22}},    {"bwd head mb1", {22}},
+                       {"bwd blocks.1 mb1", {23, 25}},   {"rs blocks.1 mb1", {26}},
+                       {"bwd blocks.0 mb1", {24, 26}},   {"rs blocks.0 mb1", {28}},
+                       {"bwd embed mb1", {28}},          {"rs <root> mb1", {30}},
                        {"optimizer_step", {27, 29, 31}},
                    });
   // Live intervals [first op, end) in op order.
-  EXPECT_EQ(live(plan, "unsharded_weight <root> mb0"), Interval(0, 15));  // through backward
+  EXPECT_EQ(live(plan, "unsharded_weight <root> mb0"), Interval(0, 15));   // through backward
   EXPECT_EQ(live(plan, "unsharded_weight blocks.0 mb0"), Interval(1, 5));  // resharded after fwd
   EXPECT_EQ(live(plan, "unsharded_weight.bwd blocks.1 mb0"), Interval(7, 11));
   EXPECT_EQ(live(plan, "activations embed mb0"), Interval(3, 15));
