@@ -2,17 +2,17 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <set>
 #include <utility>
 
 #include "models/error.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 
 namespace shardplan {
 namespace {
 
-constexpr std::array<std::pair<ComputeKind, std::string_view>, 5> kKinds = {{
+constexpr NameTable<ComputeKind, 5> kKinds = {{
     {ComputeKind::none, "none"},
     {ComputeKind::gemm, "gemm"},
     {ComputeKind::attention, "attention"},
@@ -20,21 +20,12 @@ constexpr std::array<std::pair<ComputeKind, std::string_view>, 5> kKinds = {{
     {ComputeKind::embedding, "embedding"},
 }};
 
-std::string kind_name(ComputeKind kind) {
-  for (const auto& [k, name] : kKinds) {
-    if (k == kind) return std::string(name);
-  }
-  return "none";
-}
+std::string kind_name(ComputeKind kind) { return std::string(name_of(kKinds, kind)); }
 
 ComputeKind parse_kind(const JsonReader& r) {
   const std::string text = r.string_or("kind", "none");
-  std::vector<std::string> valid;
-  for (const auto& [k, name] : kKinds) {
-    if (name == text) return k;
-    valid.emplace_back(name);
-  }
-  r.fail("kind", unknown_name_message("compute kind", text, valid));
+  if (auto kind = value_of(kKinds, text)) return *kind;
+  r.fail("kind", unknown_name_message("compute kind", text, names_of(kKinds)));
 }
 
 Footprint parse_footprint(const JsonReader& parent, std::string_view key) {

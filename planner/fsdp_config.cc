@@ -7,14 +7,12 @@
 
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/fsdp_units.h"
 
 namespace shardplan {
 namespace {
-
-template <typename Enum, std::size_t N>
-using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr NameTable<ShardingStrategy, 4> kStrategies = {{
     {ShardingStrategy::no_shard, "no_shard"},
@@ -40,24 +38,12 @@ constexpr NameTable<Optimizer, 2> kOptimizers = {{
 }};
 
 template <typename Enum, std::size_t N>
-std::string_view name_of(const NameTable<Enum, N>& table, Enum value) {
-  for (const auto& [e, name] : table) {
-    if (e == value) return name;
-  }
-  return "?";
-}
-
-template <typename Enum, std::size_t N>
 Enum parse_enum(const JsonReader& r, std::string_view key, const NameTable<Enum, N>& table,
                 Enum fallback) {
   if (!r.has(key)) return fallback;
   const std::string text = r.string(key);
-  std::vector<std::string> valid;
-  for (const auto& [e, name] : table) {
-    if (name == text) return e;
-    valid.emplace_back(name);
-  }
-  r.fail(key, unknown_name_message(std::string(key) + " value", text, valid));
+  if (auto value = value_of(table, text)) return *value;
+  r.fail(key, unknown_name_message(std::string(key) + " value", text, names_of(table)));
 }
 
 int64_t non_negative(const JsonReader& r, std::string_view key, int64_t fallback) {

@@ -1,25 +1,16 @@
 #include "planner/plan.h"
 
-#include <array>
-#include <utility>
+#include "models/name_table.h"
 
 namespace shardplan {
 namespace {
 
-template <typename Enum, std::size_t N>
-std::string_view lookup(const std::array<std::pair<Enum, std::string_view>, N>& table, Enum value) {
-  for (const auto& [e, name] : table) {
-    if (e == value) return name;
-  }
-  return "?";
-}
-
-constexpr std::array<std::pair<Stream, std::string_view>, 4> kStreams = {
+constexpr NameTable<Stream, 4> kStreams = {
     {{Stream::compute, "compute"},
      {Stream::ag, "ag"},
      {Stream::rs, "rs"},
      {Stream::outer, "outer"}}};
-constexpr std::array<std::pair<OpKind, std::string_view>, 7> kOpKinds = {
+constexpr NameTable<OpKind, 7> kOpKinds = {
     {{OpKind::all_gather, "all_gather"},
      {OpKind::reduce_scatter, "reduce_scatter"},
      {OpKind::all_reduce, "all_reduce"},
@@ -27,11 +18,11 @@ constexpr std::array<std::pair<OpKind, std::string_view>, 7> kOpKinds = {
      {OpKind::backward, "backward"},
      {OpKind::recompute, "recompute"},
      {OpKind::optimizer_step, "optimizer_step"}}};
-constexpr std::array<std::pair<CommGroup, std::string_view>, 3> kGroups = {
+constexpr NameTable<CommGroup, 3> kGroups = {
     {{CommGroup::none, "none"},
      {CommGroup::dp_shard, "dp_shard"},
      {CommGroup::dp_outer, "dp_outer"}}};
-constexpr std::array<std::pair<BufferRole, std::string_view>, 11> kRoles = {
+constexpr NameTable<BufferRole, 11> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -44,48 +35,32 @@ constexpr std::array<std::pair<BufferRole, std::string_view>, 11> kRoles = {
      {BufferRole::recompute_activations, "recompute_activations"},
      {BufferRole::double_buffer, "double_buffer"}}};
 
-template <typename Enum, std::size_t N>
-std::vector<std::string> names_of(const std::array<std::pair<Enum, std::string_view>, N>& table) {
-  std::vector<std::string> out;
-  for (const auto& [e, name] : table) out.emplace_back(name);
-  return out;
-}
-
-template <typename Enum, std::size_t N>
-std::optional<Enum> find(const std::array<std::pair<Enum, std::string_view>, N>& table,
-                         std::string_view text) {
-  for (const auto& [e, name] : table) {
-    if (name == text) return e;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::string_view stream_name(Stream s) {
-  return lookup(kStreams, s);
+  return name_of(kStreams, s);
 }
 std::string_view op_kind_name(OpKind k) {
-  return lookup(kOpKinds, k);
+  return name_of(kOpKinds, k);
 }
 std::string_view comm_group_name(CommGroup g) {
-  return lookup(kGroups, g);
+  return name_of(kGroups, g);
 }
 std::string_view buffer_role_name(BufferRole r) {
-  return lookup(kRoles, r);
+  return name_of(kRoles, r);
 }
 
 std::optional<Stream> parse_stream(std::string_view text) {
-  return find(kStreams, text);
+  return value_of(kStreams, text);
 }
 std::optional<OpKind> parse_op_kind(std::string_view text) {
-  return find(kOpKinds, text);
+  return value_of(kOpKinds, text);
 }
 std::optional<CommGroup> parse_comm_group(std::string_view text) {
-  return find(kGroups, text);
+  return value_of(kGroups, text);
 }
 std::optional<BufferRole> parse_buffer_role(std::string_view text) {
-  return find(kRoles, text);
+  return value_of(kRoles, text);
 }
 
 std::vector<std::string> stream_names() {

@@ -1,8 +1,9 @@
 #include "planner/plan_memory.h"
 
-#include <algorithm>
 #include <utility>
 #include <vector>
+
+#include "planner/pool.h"
 
 namespace shardplan {
 namespace {
@@ -10,20 +11,11 @@ namespace {
 // Largest total bytes of the buffers `pick` selects that are live at any one op.
 template <typename Pick>
 double transient_peak(const Plan& plan, const Pick& pick) {
-  std::vector<std::pair<int64_t, int64_t>> events;
+  std::vector<PoolRequest> requests;
   for (const PlanBuffer& b : plan.buffers) {
-    if (b.persistent || !pick(b)) continue;
-    events.emplace_back(b.live_begin, b.bytes);
-    events.emplace_back(b.live_end, -b.bytes);
+    if (!b.persistent && pick(b)) requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
   }
-  std::sort(events.begin(), events.end());
-  int64_t live = 0;
-  int64_t peak = 0;
-  for (const auto& [time, delta] : events) {
-    live += delta;
-    peak = std::max(peak, live);
-  }
-  return static_cast<double>(peak);
+  return static_cast<double>(live_bytes_lower_bound(requests));
 }
 
 }  // namespace
