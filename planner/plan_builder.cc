@@ -110,7 +110,10 @@ void pack_pool(Plan& plan, const OffsetAssigner& assigner) {
     requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
     index.push_back(i);
   }
-  const PoolAssignment assignment = assigner.assign(requests, plan.pool.alignment_bytes);
+  // The planner sits inside search loops: a deterministic node budget (same plan on every
+  // machine), with a wall-clock cap only as a safety net.
+  const PoolAssignment assignment = assigner.assign(
+      requests, PackOptions{.alignment = plan.pool.alignment_bytes, .time_limit_seconds = 2.0, .node_limit = 200000});
   for (std::size_t k = 0; k < index.size(); ++k)
     plan.buffers[index[k]].offset = assignment.offsets[k];
   plan.pool.algorithm = std::string(assigner.name());
@@ -152,7 +155,7 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
   if (assigner != nullptr) {
     pack_pool(plan, *assigner);
   } else {
-    pack_pool(plan, *make_slots_assigner());
+    pack_pool(plan, *make_auto_assigner());
   }
   return plan;
 }

@@ -14,7 +14,7 @@ namespace shardplan {
 // Turns (model, cluster, resolved config) into a Plan: FSDP units and their parameter
 // groups, persistent buffers by the strategy table, the op schedule with every transient
 // buffer's live interval, and the pool those buffers are packed into by `assigner`
-// (default: the slots baseline). The result passes validate_plan.
+// (default: auto, with a deterministic search budget). The result passes validate_plan.
 Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster,
                 const FsdpConfig& resolved_config, const OffsetAssigner* assigner = nullptr);
 

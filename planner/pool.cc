@@ -2,78 +2,10 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
+
+#include <fmt/format.h>
 
 namespace shardplan {
-namespace {
-
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-class SlotsAssigner final : public OffsetAssigner {
- public:
-  std::string_view name() const override { return "slots"; }
-
-  PoolAssignment assign(const std::vector<PoolRequest>& requests,
-                        int64_t alignment_bytes) const override {
-    struct Slot {
-      int64_t bytes = 0;
-      std::map<int64_t, int64_t> members;  // begin -> end; members never overlap in time
-    };
-    std::vector<std::size_t> order(requests.size());
-    std::iota(order.begin(), order.end(), 0);
-    // Largest first; ties in request order keep the result deterministic.
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return requests[a].bytes > requests[b].bytes;
-    });
-    std::vector<Slot> slots;
-    std::vector<std::size_t> slot_of(requests.size());
-    for (std::size_t i : order) {
-      const PoolRequest& r = requests[i];
-      std::size_t best = slots.size();
-      for (std::size_t s = 0; s < slots.size(); ++s) {
-        const auto& members = slots[s].members;
-        auto next = members.lower_bound(r.begin);
-        if (next != members.end() && next->first < r.end) continue;
-        if (next != members.begin() && std::prev(next)->second > r.begin) continue;
-        const int64_t growth = std::max<int64_t>(0, r.bytes - slots[s].bytes);
-        if (best == slots.size()) {
-          best = s;
-          continue;
-        }
-        const int64_t best_growth = std::max<int64_t>(0, r.bytes - slots[best].bytes);
-        if (growth < best_growth || (growth == best_growth && slots[s].bytes < slots[best].bytes)) {
-          best = s;
-        }
-      }
-      if (best == slots.size()) slots.emplace_back();
-      slots[best].bytes = std::max(slots[best].bytes, r.bytes);
-      slots[best].members.emplace(r.begin, r.end);
-      slot_of[i] = best;
-    }
-    std::vector<int64_t> slot_offset(slots.size());
-    int64_t top = 0;
-    for (std::size_t s = 0; s < slots.size(); ++s) {
-      slot_offset[s] = top;
-      top += round_up(slots[s].bytes, alignment_bytes);
-    }
-    PoolAssignment out;
-    out.offsets.resize(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) out.offsets[i] = slot_offset[slot_of[i]];
-    out.size_bytes = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
-    }
-    return out;
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<OffsetAssigner> make_slots_assigner() {
-  return std::make_unique<SlotsAssigner>();
-}
 
 int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests) {
   // Sweep: at equal times frees come before allocations (half-open intervals).
@@ -93,5 +25,73 @@ int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests) {
   }
   return peak;
 }
+
+std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
+                                         const std::vector<int64_t>& offsets, int64_t size_bytes,
+                                         int64_t default_alignment) {
+  if (offsets.size() != requests.size()) {
+    return fmt::format("{} offsets for {} buffers", offsets.size(), requests.size());
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const PoolRequest& r = requests[i];
+    const int64_t alignment = r.alignment > 0 ? r.alignment : default_alignment;
+    if (offsets[i] < 0 || (alignment > 0 && offsets[i] % alignment != 0)) {
+      return fmt::format("buffer {} at offset {} is not aligned to {}", i, offsets[i], alignment);
+    }
+    if (offsets[i] + r.bytes > size_bytes) {
+      return fmt::format("buffer {} ends at {}, past the pool of {}", i, offsets[i] + r.bytes, size_bytes);
+    }
+    if (r.bytes > 0 && r.begin < r.end) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return requests[a].begin != requests[b].begin ? requests[a].begin < requests[b].begin : a < b;
+  });
+  // Sweep over time keeping the live buffers by offset: when the placement is valid the
+  // live buffers are disjoint, so a newcomer meets at most its neighbours.
+  std::multimap<int64_t, std::size_t> live_by_offset;
+  std::multimap<int64_t, std::size_t> live_by_end;
+  auto overlaps = [&](std::size_t a, std::size_t b) {
+    return offsets[a] < offsets[b] + requests[b].bytes && offsets[b] < offsets[a] + requests[a].bytes;
+  };
+  auto report = [&](std::size_t a, std::size_t b) {
+    return fmt::format("buffers {} [{}, {}) and {} [{}, {}) share bytes while both are live (times [{}, {}) and "
+                       "[{}, {}))",
+                       a, offsets[a], offsets[a] + requests[a].bytes, b, offsets[b], offsets[b] + requests[b].bytes,
+                       requests[a].begin, requests[a].end, requests[b].begin, requests[b].end);
+  };
+  for (std::size_t i : order) {
+    while (!live_by_end.empty() && live_by_end.begin()->first <= requests[i].begin) {
+      const std::size_t done = live_by_end.begin()->second;
+      live_by_end.erase(live_by_end.begin());
+      for (auto [it, last] = live_by_offset.equal_range(offsets[done]); it != last; ++it) {
+        if (it->second == done) {
+          live_by_offset.erase(it);
+          break;
+        }
+      }
+    }
+    auto next = live_by_offset.lower_bound(offsets[i]);
+    for (auto it = next; it != live_by_offset.end() && it->first < offsets[i] + requests[i].bytes; ++it) {
+      if (overlaps(it->second, i)) return report(it->second, i);
+    }
+    if (next != live_by_offset.begin() && overlaps(std::prev(next)->second, i)) {
+      return report(std::prev(next)->second, i);
+    }
+    live_by_offset.emplace(offsets[i], i);
+    live_by_end.emplace(requests[i].end, i);
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<OffsetAssigner> make_offset_assigner(std::string_view name) {
+  if (name == "slots") return make_slots_assigner();
+  if (name == "best-fit") return make_best_fit_assigner();
+  if (name == "exact") return make_exact_assigner();
+  if (name == "auto") return make_auto_assigner();
+  return nullptr;
+}
+
+std::vector<std::string> offset_assigner_names() { return {"slots", "best-fit", "exact", "auto"}; }
 
 }  // namespace shardplan

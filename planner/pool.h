@@ -2,42 +2,91 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace shardplan {
 
-// A transient buffer to place: `bytes` live over ops [begin, end) (half-open).
+// A buffer to place: `bytes` live over [begin, end) (half-open: a buffer freed at t and
+// one allocated at t may share bytes), at an offset that is a multiple of `alignment`
+// (0: the packing's default alignment).
 struct PoolRequest {
   int64_t bytes = 0;
   int64_t begin = 0;
   int64_t end = 0;
+  int64_t alignment = 0;
+};
+
+struct PackOptions {
+  int64_t alignment = 256;           // default offset alignment, bytes
+  std::optional<int64_t> capacity;   // the pool may not exceed this; none = minimise only
+  double time_limit_seconds = 10.0;  // wall-clock budget of the exact search
+  int64_t node_limit = 0;            // > 0: also stop after this many search nodes (deterministic)
+};
+
+enum class PackStatus {
+  solved,      // a placement within the capacity (if any)
+  infeasible,  // proven: no placement fits the capacity
+  not_found,   // none found within the capacity (a heuristic, or the budget ran out)
 };
 
 struct PoolAssignment {
-  std::vector<int64_t> offsets;  // one per request, multiples of the alignment
-  int64_t size_bytes = 0;        // the pool: highest offset + bytes
+  std::vector<int64_t> offsets;  // one per request (empty unless solved)
+  int64_t size_bytes = 0;        // highest offset + bytes
+  PackStatus status = PackStatus::solved;
+  bool proven_optimal = false;   // no smaller pool exists
+  int64_t nodes = 0;             // search nodes explored (exact)
 };
 
 // Places buffers at offsets so that no two live at once share a byte. Several algorithms
-// implement it (STYLE.md §3); the event source (the plan's live intervals) stays apart.
+// implement it (STYLE.md §3); the event source (live intervals) stays apart.
 class OffsetAssigner {
  public:
   virtual ~OffsetAssigner() = default;
   virtual std::string_view name() const = 0;
-  virtual PoolAssignment assign(const std::vector<PoolRequest>& requests,
-                                int64_t alignment_bytes) const = 0;
+  virtual PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const = 0;
 };
 
-// Megatron-FSDP's TracePoolAllocator rule (seeds/001, PR #4435): buffers taken by size,
-// largest first, each into the compatible slot (no member's lifetime overlaps it) that
-// grows least — with sizes descending every compatible slot grows by 0, so the tightest
-// one (smallest size, then lowest index) — else into a new slot; a slot is as large as
-// its largest member and the pool is the sum of the slots. It never beats packing by
-// offset, and the packing issue adds algorithms that do.
+// Megatron-FSDP's TracePoolAllocator rule (seeds/001, PR #4435; its design describes the
+// size-descending variant): buffers taken by size, largest first, each into the
+// compatible slot (no member's lifetime overlaps it) that grows least — with sizes
+// descending every compatible slot grows by 0, so the tightest one (smallest, then
+// lowest index) — else into a new slot; a slot is as large as its largest member and
+// the pool is the sum of the slots.
 std::unique_ptr<OffsetAssigner> make_slots_assigner();
 
-// The largest total of bytes live at any op: no placement can use less.
+// Greedy best fit by decreasing size (TFLite's GreedyBySize) and by decreasing duration
+// (XLA's GlobalDecreasingSizeBestFit tries both), keeping the lower: each buffer goes
+// into the smallest gap between time-overlapping placed buffers that holds it, else on
+// top. Overlaps come from a segment tree over start times, O(k log n) per buffer.
+std::unique_ptr<OffsetAssigner> make_best_fit_assigner();
+
+// Complete branch and bound in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): decides
+// "fits in capacity C?" by placing buffers in canonical order (non-decreasing offset, each
+// at its lowest possible offset), pruning with per-section floors plus unplaced totals
+// and with dominance (never leave a gap an unplaced buffer fits below), restarting over
+// several static orders with doubling node limits, solving independent time partitions
+// apart; a binary search on C minimises the height. Stops at the time or node limit
+// with the best found.
+std::unique_ptr<OffsetAssigner> make_exact_assigner();
+
+// best-fit, then exact within the remaining budget; keeps the better.
+std::unique_ptr<OffsetAssigner> make_auto_assigner();
+
+// By name: slots, best-fit, exact, auto. nullptr for anything else.
+std::unique_ptr<OffsetAssigner> make_offset_assigner(std::string_view name);
+std::vector<std::string> offset_assigner_names();
+
+// The largest total of bytes live at any time: no placement can use less.
 int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests);
+
+// Checks a placement: one aligned offset per request, inside `size_bytes`, no two
+// buffers live at once sharing a byte. Returns the reason it is wrong, naming the
+// requests by index.
+std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
+                                         const std::vector<int64_t>& offsets, int64_t size_bytes,
+                                         int64_t default_alignment);
 
 }  // namespace shardplan

@@ -1,0 +1,140 @@
+#include "planner/pool_csv.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+std::vector<std::string> split(std::string_view line) {
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = line.find(',', start);
+    std::string field(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    // Tolerate spaces around fields and a CR from CRLF files.
+    while (!field.empty() && (field.back() == ' ' || field.back() == '\r')) field.pop_back();
+    while (!field.empty() && field.front() == ' ') field.erase(field.begin());
+    fields.push_back(std::move(field));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return fields;
+}
+
+}  // namespace
+
+PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
+  PoolTable table;
+  std::size_t line_number = 0;
+  std::size_t pos = 0;
+  int id_col = -1, lower_col = -1, upper_col = -1, size_col = -1, alignment_col = -1, offset_col = -1;
+  bool inclusive_end = false;
+  std::unordered_set<std::string> ids;
+  while (pos <= text.size()) {
+    const auto newline = text.find('\n', pos);
+    std::string_view line = text.substr(pos, newline == std::string_view::npos ? std::string_view::npos : newline - pos);
+    pos = newline == std::string_view::npos ? text.size() + 1 : newline + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const auto where = [&](const std::string& column) { return fmt::format("line {}{}", line_number, column.empty() ? "" : ", column " + column); };
+    if (line_number == 1) {
+      const auto columns = split(line);
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        const std::string& name = columns[c];
+        const int col = static_cast<int>(c);
+        if (name == "id" || name == "buffer" || name == "buffer_id") {
+          id_col = col;
+        } else if (name == "lower" || name == "start" || name == "begin") {
+          lower_col = col;
+        } else if (name == "upper") {
+          upper_col = col;
+        } else if (name == "end") {
+          upper_col = col;
+          inclusive_end = true;
+        } else if (name == "size") {
+          size_col = col;
+        } else if (name == "alignment") {
+          alignment_col = col;
+        } else if (name == "offset") {
+          offset_col = col;
+        } else if (name == "hint") {
+          // MiniMalloc's placement hint (-1: none): read and kept, not used.
+        } else {
+          throw InputError(label, where(name), "unknown column (expected id, lower, upper, size, and optionally "
+                                               "alignment, offset, hint)");
+        }
+      }
+      for (const auto& [col, name] : {std::pair{id_col, "id"}, std::pair{lower_col, "lower"},
+                                      std::pair{upper_col, "upper"}, std::pair{size_col, "size"}}) {
+        if (col < 0) throw InputError(label, "line 1", fmt::format("missing column '{}'", name));
+      }
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        if (static_cast<int>(c) != offset_col) table.header.push_back(columns[c]);
+      }
+      continue;
+    }
+    if (line.empty()) break;  // MiniMalloc stops at the first empty line
+    auto fields = split(line);
+    if (fields.size() != table.header.size() + (offset_col >= 0 ? 1 : 0)) {
+      throw InputError(label, where(""), fmt::format("{} fields, the header has {}", fields.size(),
+                                                     table.header.size() + (offset_col >= 0 ? 1 : 0)));
+    }
+    auto integer = [&](int col, const char* name) {
+      const std::string& field = fields[static_cast<std::size_t>(col)];
+      int64_t value = 0;
+      const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+      if (error != std::errc() || end != field.data() + field.size() || field.empty()) {
+        throw InputError(label, where(name), fmt::format("expected an integer, got '{}'", field));
+      }
+      return value;
+    };
+    PoolRequest r;
+    r.begin = integer(lower_col, "lower");
+    r.end = integer(upper_col, inclusive_end ? "end" : "upper") + (inclusive_end ? 1 : 0);
+    r.bytes = integer(size_col, "size");
+    if (alignment_col >= 0) {
+      r.alignment = integer(alignment_col, "alignment");
+      if (r.alignment <= 0) throw InputError(label, where("alignment"), "must be positive");
+    }
+    if (offset_col >= 0) integer(offset_col, "offset");
+    if (r.bytes <= 0) throw InputError(label, where("size"), fmt::format("must be positive, got {}", r.bytes));
+    if (r.begin >= r.end) {
+      throw InputError(label, where("lower"), fmt::format("lower {} is not below upper {}", r.begin, r.end));
+    }
+    const std::string& id = fields[static_cast<std::size_t>(id_col)];
+    if (!ids.insert(id).second) throw InputError(label, where("id"), fmt::format("duplicate id '{}'", id));
+    if (offset_col >= 0) fields.erase(fields.begin() + offset_col);
+    table.rows.push_back(std::move(fields));
+    table.requests.push_back(r);
+  }
+  if (line_number == 0 || table.header.empty()) throw InputError(label, "line 1", "empty file");
+  return table;
+}
+
+PoolTable read_pool_csv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_pool_csv(text.str(), path);
+}
+
+std::string format_pool_csv(const PoolTable& table, const std::vector<int64_t>& offsets) {
+  std::string out;
+  for (const std::string& column : table.header) out += column + ",";
+  out += "offset\n";
+  for (std::size_t i = 0; i < table.rows.size(); ++i) {
+    for (const std::string& field : table.rows[i]) out += field + ",";
+    out += std::to_string(offsets[i]) + "\n";
+  }
+  return out;
+}
+
+}  // namespace shardplan

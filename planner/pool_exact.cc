@@ -1,0 +1,458 @@
+// Exact offset assignment by branch and bound, in the spirit of MiniMalloc (Moffitt,
+// ASPLOS 2023; the ideas, not the code). Time is cut into sections at every start and
+// end; each buffer spans a run of sections.
+//
+//   offset ▲        ┌────┐
+//          │  ┌─────┤ b3 │     floor[s] = top of the buffers placed in section s
+//          │  │ b2  └────┘     total[s] = bytes of the unplaced buffers in s
+//          │ ┌┴──────┐         prune when max(floor, offset) + total > capacity
+//          │ │  b1   │
+//          └─┴───────┴────▶ time (sections)
+//
+// A canonical solution places buffers in non-decreasing (offset, order) and each at its
+// lowest possible offset (the top of the placed buffers it overlaps in time), so the
+// search branches only over which buffer comes next. Dominance: a buffer is never placed
+// at or above the lowest top an unplaced buffer could reach, which would leave a gap
+// that buffer fits into.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <numeric>
+
+#include "planner/pool.h"
+
+namespace shardplan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+struct Instance {
+  std::vector<int64_t> size, alignment, length;  // length: end − begin, in time
+  std::vector<int64_t> section_lo, section_hi;  // sections [lo, hi) of each buffer
+  std::vector<std::vector<int32_t>> overlaps;   // buffers live at a common time
+  std::vector<std::vector<int32_t>> in_section;
+  std::vector<std::vector<int32_t>> partitions;  // buffers of each independent time range
+  std::vector<std::pair<int32_t, int32_t>> partition_sections;
+};
+
+Instance prepare(const std::vector<PoolRequest>& requests, int64_t default_alignment) {
+  Instance in;
+  const auto n = requests.size();
+  std::vector<int64_t> times;
+  for (const PoolRequest& r : requests) {
+    times.push_back(r.begin);
+    times.push_back(r.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  const auto sections = times.empty() ? 0 : times.size() - 1;
+  in.in_section.resize(sections);
+  in.size.resize(n);
+  in.length.resize(n);
+  in.alignment.resize(n);
+  in.section_lo.resize(n);
+  in.section_hi.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const PoolRequest& r = requests[i];
+    in.size[i] = r.bytes;
+    in.length[i] = r.end - r.begin;
+    in.alignment[i] = r.alignment > 0 ? r.alignment : std::max<int64_t>(default_alignment, 1);
+    in.section_lo[i] = std::lower_bound(times.begin(), times.end(), r.begin) - times.begin();
+    in.section_hi[i] = std::lower_bound(times.begin(), times.end(), r.end) - times.begin();
+    for (int64_t s = in.section_lo[i]; s < in.section_hi[i]; ++s) {
+      in.in_section[static_cast<std::size_t>(s)].push_back(static_cast<int32_t>(i));
+    }
+  }
+  // Overlaps by sweeping sections: two buffers overlap iff they share a section.
+  in.overlaps.resize(n);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return in.section_lo[a] < in.section_lo[b];
+  });
+  std::vector<std::size_t> active;
+  for (std::size_t i : order) {
+    if (in.section_lo[i] >= in.section_hi[i]) continue;
+    std::erase_if(active, [&](std::size_t j) { return in.section_hi[j] <= in.section_lo[i]; });
+    for (std::size_t j : active) {
+      in.overlaps[i].push_back(static_cast<int32_t>(j));
+      in.overlaps[j].push_back(static_cast<int32_t>(i));
+    }
+    active.push_back(i);
+  }
+  // Independent partitions: cut wherever no buffer spans a section boundary.
+  std::vector<int32_t> crossing(sections + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (int64_t s = in.section_lo[i] + 1; s < in.section_hi[i]; ++s) crossing[static_cast<std::size_t>(s)] = 1;
+  }
+  std::vector<int32_t> partition_of_section(sections, 0);
+  int32_t current = 0;
+  for (std::size_t s = 0; s < sections; ++s) {
+    if (s > 0 && !crossing[s]) ++current;
+    partition_of_section[s] = current;
+  }
+  in.partitions.assign(static_cast<std::size_t>(sections == 0 ? 0 : current + 1), {});
+  in.partition_sections.assign(in.partitions.size(), {INT32_MAX, 0});
+  for (std::size_t s = 0; s < sections; ++s) {
+    auto& range = in.partition_sections[static_cast<std::size_t>(partition_of_section[s])];
+    range.first = std::min(range.first, static_cast<int32_t>(s));
+    range.second = std::max(range.second, static_cast<int32_t>(s + 1));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (in.section_lo[i] < in.section_hi[i]) {
+      in.partitions[static_cast<std::size_t>(partition_of_section[static_cast<std::size_t>(in.section_lo[i])])]
+          .push_back(static_cast<int32_t>(i));
+    }
+  }
+  return in;
+}
+
+// Static orders tried in turn (MiniMalloc's preordering heuristics "WAT", "TAW",
+// "TWA"), each a priority of keys, largest first: W the lifetime, A the area (bytes ×
+// lifetime), T the largest unplaced total of the sections the buffer spans.
+enum class Key { width, area, total };
+using Heuristic = std::array<Key, 3>;
+constexpr std::array<Heuristic, 3> kHeuristics = {{{Key::width, Key::area, Key::total},
+                                                   {Key::total, Key::area, Key::width},
+                                                   {Key::total, Key::width, Key::area}}};
+
+// `buffers` in the heuristic's order; `section_total` holds the unplaced bytes per section.
+std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& buffers,
+                              const std::vector<int64_t>& section_total, const Heuristic& heuristic) {
+  struct Keys {
+    int64_t width, area, total;
+    int32_t buffer;
+  };
+  std::vector<Keys> keys;
+  keys.reserve(buffers.size());
+  for (int32_t b : buffers) {
+    const auto i = static_cast<std::size_t>(b);
+    int64_t total = 0;
+    for (int64_t s = in.section_lo[i]; s < in.section_hi[i]; ++s) {
+      total = std::max(total, section_total[static_cast<std::size_t>(s)]);
+    }
+    keys.push_back({in.length[i], in.size[i] * in.length[i], total, b});
+  }
+  std::sort(keys.begin(), keys.end(), [&](const Keys& a, const Keys& b) {
+    for (Key k : heuristic) {
+      const int64_t x = k == Key::width ? a.width : k == Key::area ? a.area : a.total;
+      const int64_t y = k == Key::width ? b.width : k == Key::area ? b.area : b.total;
+      if (x != y) return x > y;
+    }
+    return a.buffer < b.buffer;
+  });
+  std::vector<int32_t> order;
+  order.reserve(keys.size());
+  for (const Keys& k : keys) order.push_back(k.buffer);
+  return order;
+}
+
+enum class Outcome { found, exhausted, aborted };
+
+// Decides whether one partition fits under `capacity`. Every placement may cut the
+// remaining problem in two: where no unplaced buffer crosses a section boundary, the
+// two sides no longer interact and are solved one after the other (dynamic temporal
+// decomposition), which keeps a failure on one side from re-searching the other.
+class Search {
+ public:
+  Search(const Instance& in, int64_t capacity, const Heuristic& heuristic, Clock::time_point deadline,
+         int64_t* nodes_left, int64_t* nodes)
+      : in_(in),
+        capacity_(capacity),
+        heuristic_(heuristic),
+        deadline_(deadline),
+        nodes_left_(*nodes_left),
+        nodes_(*nodes) {}
+
+  Outcome run(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
+              std::vector<int64_t>& offsets) {
+    const auto n = in_.size.size();
+    const auto num_sections = in_.in_section.size();
+    offset_.assign(n, -1);
+    solution_.assign(n, -1);
+    min_offset_.assign(n, 0);
+    rank_.assign(n, 0);
+    floor_.assign(num_sections, 0);
+    total_.assign(num_sections, 0);
+    cuts_.assign(num_sections + 1, 0);
+    section_stamp_.assign(num_sections, 0);
+    for (int32_t b : buffers) {
+      const auto i = static_cast<std::size_t>(b);
+      for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s) total_[static_cast<std::size_t>(s)] += in_.size[i];
+      // Boundary k sits between sections k - 1 and k.
+      for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) ++cuts_[static_cast<std::size_t>(k)];
+    }
+    for (int32_t s = sections.first; s < sections.second; ++s) {
+      if (total_[static_cast<std::size_t>(s)] > capacity_) return Outcome::exhausted;
+    }
+    rank(buffers);
+    const Outcome outcome = dfs(buffers, sections, -1, -1);
+    if (outcome == Outcome::found) {
+      for (int32_t b : buffers) offsets[static_cast<std::size_t>(b)] = solution_[static_cast<std::size_t>(b)];
+    }
+    return outcome;
+  }
+
+ private:
+  struct Candidate {
+    int64_t offset;
+    int32_t rank;
+    int32_t buffer;
+  };
+
+  Outcome dfs(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections, int64_t last_offset,
+              int32_t last_rank) {
+    if (--nodes_left_ < 0) return Outcome::aborted;
+    ++nodes_;
+    if ((nodes_ & 1023) == 0 && Clock::now() > deadline_) return Outcome::aborted;
+    std::vector<Candidate> candidates;
+    int64_t min_height = INT64_MAX;
+    for (int32_t b : buffers) {
+      const auto i = static_cast<std::size_t>(b);
+      if (offset_[i] >= 0) continue;
+      candidates.push_back({min_offset_[i], rank_[i], b});
+      min_height = std::min(min_height, min_offset_[i] + in_.size[i]);
+    }
+    if (candidates.empty()) return Outcome::found;
+    std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.offset != b.offset ? a.offset < b.offset : a.rank < b.rank;
+    });
+    for (const Candidate& c : candidates) {
+      // Canonical order: non-decreasing (offset, rank).
+      if (c.offset < last_offset || (c.offset == last_offset && c.rank < last_rank)) continue;
+      // Dominance: placing it here would leave room below for some unplaced buffer.
+      if (c.offset >= min_height) break;
+      const auto i = static_cast<std::size_t>(c.buffer);
+      const int64_t top = c.offset + in_.size[i];
+      if (top > capacity_) continue;
+      const Outcome outcome = place_and_descend(buffers, sections, c, top);
+      if (outcome != Outcome::exhausted) return outcome;
+    }
+    return Outcome::exhausted;
+  }
+
+  Outcome place_and_descend(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
+                            const Candidate& c, int64_t top) {
+    const auto i = static_cast<std::size_t>(c.buffer);
+    offset_[i] = c.offset;
+    solution_[i] = c.offset;
+    const std::size_t offset_mark = offset_changes_.size();
+    const std::size_t floor_mark = floor_changes_.size();
+    ++stamp_;
+    for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s) {
+      const auto si = static_cast<std::size_t>(s);
+      floor_changes_.push_back({static_cast<int32_t>(s), floor_[si]});
+      floor_[si] = top;
+      total_[si] -= in_.size[i];
+    }
+    std::vector<int32_t>& touched = touched_sections_;
+    touched.clear();
+    for (int32_t j : in_.overlaps[i]) {
+      const auto o = static_cast<std::size_t>(j);
+      if (offset_[o] >= 0 || min_offset_[o] >= top) continue;
+      offset_changes_.push_back({j, min_offset_[o]});
+      min_offset_[o] = round_up(top, in_.alignment[o]);
+      for (int64_t s = in_.section_lo[o]; s < in_.section_hi[o]; ++s) {
+        if (section_stamp_[static_cast<std::size_t>(s)] != stamp_) {
+          section_stamp_[static_cast<std::size_t>(s)] = stamp_;
+          touched.push_back(static_cast<int32_t>(s));
+        }
+      }
+    }
+    // A section's floor is at least the lowest offset any of its unplaced buffers can
+    // take.
+    for (int32_t s : touched) {
+      const auto si = static_cast<std::size_t>(s);
+      int64_t lowest = INT64_MAX;
+      for (int32_t b : in_.in_section[si]) {
+        if (offset_[static_cast<std::size_t>(b)] < 0) lowest = std::min(lowest, min_offset_[static_cast<std::size_t>(b)]);
+      }
+      if (lowest != INT64_MAX && floor_[si] < lowest) {
+        floor_changes_.push_back({s, floor_[si]});
+        floor_[si] = lowest;
+      }
+    }
+    Outcome outcome = Outcome::exhausted;
+    if (feasible(sections, c.offset)) outcome = decompose_and_descend(buffers, sections, c);
+    for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s) total_[static_cast<std::size_t>(s)] += in_.size[i];
+    while (floor_changes_.size() > floor_mark) {
+      floor_[static_cast<std::size_t>(floor_changes_.back().first)] = floor_changes_.back().second;
+      floor_changes_.pop_back();
+    }
+    while (offset_changes_.size() > offset_mark) {
+      min_offset_[static_cast<std::size_t>(offset_changes_.back().first)] = offset_changes_.back().second;
+      offset_changes_.pop_back();
+    }
+    offset_[i] = -1;
+    return outcome;
+  }
+
+  Outcome decompose_and_descend(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
+                                const Candidate& c) {
+    const auto i = static_cast<std::size_t>(c.buffer);
+    std::vector<int32_t> cutpoints = {sections.first};
+    for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) {
+      if (--cuts_[static_cast<std::size_t>(k)] == 0 && k > sections.first && k < sections.second) {
+        cutpoints.push_back(static_cast<int32_t>(k));
+      }
+    }
+    Outcome outcome = Outcome::found;
+    if (cutpoints.size() == 1) {
+      outcome = dfs(buffers, sections, c.offset, c.rank);
+    } else {
+      cutpoints.push_back(sections.second);
+      for (std::size_t k = 1; k < cutpoints.size() && outcome == Outcome::found; ++k) {
+        const std::pair<int32_t, int32_t> part = {cutpoints[k - 1], cutpoints[k]};
+        std::vector<int32_t> inside;
+        for (int32_t b : buffers) {
+          const auto o = static_cast<std::size_t>(b);
+          if (offset_[o] >= 0) continue;
+          if (in_.section_hi[o] > part.first && in_.section_lo[o] < part.second) inside.push_back(b);
+        }
+        if (!inside.empty()) {
+          // A fresh subproblem gets a fresh static order, by the totals left in it.
+          std::vector<int32_t> saved;
+          for (int32_t b : inside) saved.push_back(rank_[static_cast<std::size_t>(b)]);
+          rank(inside);
+          outcome = dfs(inside, part, -1, -1);
+          for (std::size_t m = 0; m < inside.size(); ++m) rank_[static_cast<std::size_t>(inside[m])] = saved[m];
+        }
+      }
+    }
+    for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) ++cuts_[static_cast<std::size_t>(k)];
+    return outcome;
+  }
+
+  void rank(const std::vector<int32_t>& buffers) {
+    const std::vector<int32_t> order = preorder(in_, buffers, total_, heuristic_);
+    for (std::size_t k = 0; k < order.size(); ++k) rank_[static_cast<std::size_t>(order[k])] = static_cast<int32_t>(k);
+  }
+
+  // Every remaining buffer goes at or above `offset` (canonical order) and above each
+  // section's floor, so each section needs its floor plus its unplaced bytes.
+  bool feasible(std::pair<int32_t, int32_t> sections, int64_t offset) const {
+    for (int32_t s = sections.first; s < sections.second; ++s) {
+      const auto si = static_cast<std::size_t>(s);
+      if (total_[si] == 0) {
+        if (floor_[si] > capacity_) return false;
+        continue;
+      }
+      if (std::max(floor_[si], offset) + total_[si] > capacity_) return false;
+    }
+    return true;
+  }
+
+  const Instance& in_;
+  int64_t capacity_;
+  Heuristic heuristic_;
+  Clock::time_point deadline_;
+  int64_t& nodes_left_;
+  int64_t& nodes_;
+  std::vector<int64_t> offset_, min_offset_, solution_, floor_, total_;
+  std::vector<int32_t> rank_, cuts_;
+  std::vector<int64_t> section_stamp_;
+  int64_t stamp_ = 0;
+  std::vector<int32_t> touched_sections_;
+  std::vector<std::pair<int32_t, int64_t>> offset_changes_, floor_changes_;
+};
+
+// Decides one capacity for all partitions; `offsets` is filled when the answer is yes.
+Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline, int64_t node_budget,
+               int64_t& nodes, std::vector<int64_t>& offsets) {
+  for (std::size_t p = 0; p < in.partitions.size(); ++p) {
+    const auto& buffers = in.partitions[p];
+    if (buffers.empty()) continue;
+
+    // Restarts with doubling node limits, round robin over the static orders.
+    int64_t limit = static_cast<int64_t>(buffers.size());
+    Outcome outcome = Outcome::aborted;
+    while (outcome == Outcome::aborted) {
+      limit *= 2;
+      for (const Heuristic& heuristic : kHeuristics) {
+        int64_t left = node_budget > 0 ? std::min(limit, node_budget - nodes) : limit;
+        if (left <= 0 || Clock::now() > deadline) return Outcome::aborted;
+        const bool capped = left < limit;
+        Search search(in, capacity, heuristic, deadline, &left, &nodes);
+        outcome = search.run(buffers, in.partition_sections[p], offsets);
+        if (outcome != Outcome::aborted) break;
+        if (capped || Clock::now() > deadline) return Outcome::aborted;
+      }
+    }
+    if (outcome == Outcome::exhausted) return Outcome::exhausted;
+  }
+  return Outcome::found;
+}
+
+class ExactAssigner final : public OffsetAssigner {
+ public:
+  std::string_view name() const override { return "exact"; }
+
+  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+    const auto start = Clock::now();
+    const auto deadline =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_seconds));
+    const Instance in = prepare(requests, options.alignment);
+    // An upper bound to start from: best fit is fast and usually close.
+    PoolAssignment best = make_best_fit_assigner()->assign(requests, PackOptions{.alignment = options.alignment});
+    best.status = PackStatus::solved;
+    // Feasibility is monotone in the capacity: probe the lower bound first (tight
+    // instances end there), then bisect between what is known to fit and what is not.
+    // A probe that runs out of budget proves nothing but still moves the search up.
+    int64_t proven_below = live_bytes_lower_bound(requests);  // nothing smaller fits
+    int64_t lo = proven_below;
+    int64_t hi = best.size_bytes - 1;
+    if (options.capacity) hi = std::min(hi, *options.capacity);
+    int64_t nodes = 0;
+    std::vector<int64_t> offsets(requests.size(), 0);
+    bool first = true;
+    while (lo <= hi && Clock::now() < deadline) {
+      const int64_t probe = first ? lo : lo + (hi - lo) / 2;
+      first = false;
+      // Each probe may use half of what is left, so later probes still get a turn.
+      const auto probe_deadline = Clock::now() + (deadline - Clock::now()) / 2;
+      const Outcome outcome = decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
+      if (outcome == Outcome::found) {
+        best.offsets = offsets;
+        best.size_bytes = 0;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+          best.size_bytes = std::max(best.size_bytes, offsets[i] + requests[i].bytes);
+        }
+        hi = best.size_bytes - 1;
+      } else {
+        // Infeasible at `probe` means infeasible at every smaller capacity too.
+        if (outcome == Outcome::exhausted) proven_below = std::max(proven_below, probe + 1);
+        lo = probe + 1;
+      }
+      if (options.node_limit > 0 && nodes >= options.node_limit) break;
+    }
+    const bool lo_proven = proven_below >= best.size_bytes;
+    best.nodes = nodes;
+    best.proven_optimal = lo_proven;
+    if (options.capacity && best.size_bytes > *options.capacity) {
+      best.status = proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
+      best.offsets.clear();
+    }
+    return best;
+  }
+};
+
+class AutoAssigner final : public OffsetAssigner {
+ public:
+  std::string_view name() const override { return "auto"; }
+
+  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+    PoolAssignment greedy = make_best_fit_assigner()->assign(requests, options);
+    if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
+    PoolAssignment exact = make_exact_assigner()->assign(requests, options);
+    return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact : greedy;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<OffsetAssigner> make_exact_assigner() { return std::make_unique<ExactAssigner>(); }
+std::unique_ptr<OffsetAssigner> make_auto_assigner() { return std::make_unique<AutoAssigner>(); }
+
+}  // namespace shardplan
