@@ -36,12 +36,23 @@ struct PlanParams {
   bool json = false;
 };
 
+struct PackParams {
+  std::string input;               // MiniMalloc CSV or plan.json
+  std::string algorithm = "auto";  // slots | best-fit | exact | auto
+  std::optional<int64_t> capacity;
+  double time_limit_seconds = 10.0;
+  int64_t alignment = 256;
+  std::string output;  // CSV with offsets, or plan.json; empty = do not write
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
 int run_clusters(const ZooParams& params, std::ostream& out);
 int run_describe(const DescribeParams& params, std::ostream& out);
 int run_plan(const PlanParams& params, std::ostream& out);
+int run_pack(const PackParams& params, std::ostream& out);
 int run_version(bool json, std::ostream& out);
 
 }  // namespace shardplan

@@ -26,6 +26,10 @@ int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests) {
   return peak;
 }
 
+PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capacity) {
+  return live_bytes_lower_bound(requests) > capacity ? PackStatus::infeasible : PackStatus::not_found;
+}
+
 std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
                                          const std::vector<int64_t>& offsets, int64_t size_bytes,
                                          int64_t default_alignment) {

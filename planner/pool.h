@@ -82,6 +82,10 @@ std::vector<std::string> offset_assigner_names();
 // The largest total of bytes live at any time: no placement can use less.
 int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests);
 
+// What to report when a heuristic's pool exceeds `capacity`: infeasible when even the
+// lower bound does, else not found.
+PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capacity);
+
 // Checks a placement: one aligned offset per request, inside `size_bytes`, no two
 // buffers live at once sharing a byte. Returns the reason it is wrong, naming the
 // requests by index.

@@ -121,7 +121,7 @@ class BestFitAssigner final : public OffsetAssigner {
     PoolAssignment other = place_in_order(requests, by_duration, options.alignment);
     if (other.size_bytes < best.size_bytes) best = std::move(other);
     if (best.size_bytes == live_bytes_lower_bound(requests)) best.proven_optimal = true;
-    if (options.capacity && best.size_bytes > *options.capacity) best.status = PackStatus::not_found;
+    if (options.capacity && best.size_bytes > *options.capacity) best.status = over_capacity(requests, *options.capacity);
     return best;
   }
 };

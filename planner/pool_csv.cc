@@ -45,6 +45,7 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const auto where = [&](const std::string& column) { return fmt::format("line {}{}", line_number, column.empty() ? "" : ", column " + column); };
     if (line_number == 1) {
+      if (line.empty()) throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
       const auto columns = split(line);
       for (std::size_t c = 0; c < columns.size(); ++c) {
         const std::string& name = columns[c];
@@ -114,7 +115,7 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
     table.rows.push_back(std::move(fields));
     table.requests.push_back(r);
   }
-  if (line_number == 0 || table.header.empty()) throw InputError(label, "line 1", "empty file");
+  if (table.header.empty()) throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
   return table;
 }
 

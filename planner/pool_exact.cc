@@ -444,6 +444,7 @@ class AutoAssigner final : public OffsetAssigner {
 
   PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
     PoolAssignment greedy = make_best_fit_assigner()->assign(requests, options);
+    if (greedy.status == PackStatus::infeasible) return greedy;
     if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
     PoolAssignment exact = make_exact_assigner()->assign(requests, options);
     return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact : greedy;

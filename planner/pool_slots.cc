@@ -60,7 +60,8 @@ class SlotsAssigner final : public OffsetAssigner {
       out.offsets[i] = slot_offset[slot_of[i]];
       out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
     }
-    if (options.capacity && out.size_bytes > *options.capacity) out.status = PackStatus::not_found;
+    out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests);
+    if (options.capacity && out.size_bytes > *options.capacity) out.status = over_capacity(requests, *options.capacity);
     return out;
   }
 };
