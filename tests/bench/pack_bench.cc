@@ -1,0 +1,90 @@
+// Offset assignment on MiniMalloc's benchmark inputs (../shared/benchmarks/minimalloc,
+// lower bounds and best-known heights in its SOURCE.md) and on FSDP plans from the
+// planner: height, % over the lower bound, proven optimal, time. One run each; the
+// exact search gets 10 s. Prints figures; never fails on time.
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "models/cluster_spec.h"
+#include "models/zoo.h"
+#include "planner/plan_builder.h"
+#include "planner/pool.h"
+#include "planner/pool_csv.h"
+
+#ifndef SHARDPLAN_SHARED_DIR
+#define SHARDPLAN_SHARED_DIR "../shared"
+#endif
+
+namespace {
+
+void report(benchmark::State& state, const std::vector<shardplan::PoolRequest>& requests,
+            const shardplan::PoolAssignment& result) {
+  const auto lower_bound = static_cast<double>(shardplan::live_bytes_lower_bound(requests));
+  state.counters["height"] = static_cast<double>(result.size_bytes);
+  state.counters["lower_bound"] = lower_bound;
+  state.counters["gap_pct"] = 100.0 * (static_cast<double>(result.size_bytes) / lower_bound - 1.0);
+  state.counters["proven"] = result.proven_optimal ? 1 : 0;
+  state.counters["buffers"] = static_cast<double>(requests.size());
+}
+
+void pack_file(benchmark::State& state, const std::string& path, const std::string& algorithm) {
+  const shardplan::PoolTable table = shardplan::read_pool_csv(path);
+  const auto assigner = shardplan::make_offset_assigner(algorithm);
+  shardplan::PoolAssignment result;
+  for (auto _ : state) {
+    result = assigner->assign(table.requests, {.alignment = 1, .time_limit_seconds = 10});
+  }
+  report(state, table.requests, result);
+}
+
+void pack_plan(benchmark::State& state, const char* model, int64_t nodes, const std::string& algorithm) {
+  const auto spec = shardplan::load_model(model);
+  const auto cluster = shardplan::load_cluster("dgx-h100", nodes, std::nullopt);
+  const auto config = shardplan::resolve_fsdp_config(
+      shardplan::fsdp_config_from_json({{"grad_accum", 4}, {"seq_len", 4096}}, "bench"), spec, cluster, "bench");
+  const auto assigner = shardplan::make_offset_assigner(algorithm);
+  const shardplan::Plan plan = shardplan::build_plan(spec, cluster, config, assigner.get());
+  std::vector<shardplan::PoolRequest> requests;
+  for (const auto& b : plan.buffers) {
+    if (!b.persistent) requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
+  }
+  shardplan::PoolAssignment result;
+  for (auto _ : state) result = assigner->assign(requests, {.alignment = 256, .time_limit_seconds = 10});
+  report(state, requests, result);
+}
+
+int register_all() {
+  const std::string root = std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc";
+  std::vector<std::string> files;
+  for (const char* folder : {"challenging", "examples", "idealloc/somas_tensors"}) {
+    if (!std::filesystem::exists(root + "/" + folder)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(root + "/" + folder)) {
+      if (entry.path().extension() == ".csv") files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    const std::string name = std::filesystem::path(file).parent_path().filename().string() + "/" +
+                             std::filesystem::path(file).stem().string();
+    for (const char* algorithm : {"slots", "best-fit", "exact", "auto"}) {
+      benchmark::RegisterBenchmark(("Pack/" + name + "/" + algorithm).c_str(), pack_file, file, std::string(algorithm))
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (const auto& [model, nodes] : {std::pair{"llama3-70b", 8}, std::pair{"llama3.1-405b", 128},
+                                     std::pair{"mixtral-8x7b", 4}}) {
+    for (const char* algorithm : {"slots", "best-fit", "auto"}) {
+      benchmark::RegisterBenchmark((std::string("PackPlan/") + model + "/" + algorithm).c_str(), pack_plan, model,
+                                   static_cast<int64_t>(nodes), std::string(algorithm))
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return 0;
+}
+
+const int registered = register_all();
+
+}  // namespace
