@@ -72,7 +72,8 @@ std::unique_ptr<OffsetAssigner> make_best_fit_assigner();
 // with the best found.
 std::unique_ptr<OffsetAssigner> make_exact_assigner();
 
-// best-fit, then exact within the remaining budget; keeps the better.
+// slots when it already reaches the lower bound (cheap, common on FSDP plans); else
+// best-fit, then exact within the budget when best-fit is above the bound; the better.
 std::unique_ptr<OffsetAssigner> make_auto_assigner();
 
 // By name: slots, best-fit, exact, auto. nullptr for anything else.

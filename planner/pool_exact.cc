@@ -445,6 +445,9 @@ class AutoAssigner final : public OffsetAssigner {
   std::string_view name() const override { return "auto"; }
 
   PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+    // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans.
+    PoolAssignment slots = make_slots_assigner()->assign(requests, options);
+    if (slots.proven_optimal && slots.status == PackStatus::solved) return slots;
     PoolAssignment greedy = make_best_fit_assigner()->assign(requests, options);
     if (greedy.status == PackStatus::infeasible) return greedy;
     if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
