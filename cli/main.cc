@@ -90,18 +90,23 @@ int main(int argc, char** argv) {
   plan->add_flag("--json", plan_params.json, "machine-readable summary");
 
   shardplan::PackParams pack_params;
-  auto* pack = app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
-  pack->add_option("--input", pack_params.input, "buffer table (id,lower,upper,size CSV) or plan.json")
+  auto* pack =
+      app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
+  pack->add_option("--input", pack_params.input,
+                   "buffer table (id,lower,upper,size CSV) or plan.json")
       ->required()
       ->check(CLI::ExistingFile);
-  pack->add_option("--algorithm", pack_params.algorithm, "slots | best-fit | exact | auto")->capture_default_str();
-  pack->add_option("--capacity", pack_params.capacity, "the pool may not exceed this many bytes")->check(kPositive);
+  pack->add_option("--algorithm", pack_params.algorithm, "slots | best-fit | exact | auto")
+      ->capture_default_str();
+  pack->add_option("--capacity", pack_params.capacity, "the pool may not exceed this many bytes")
+      ->check(kPositive);
   pack->add_option("--time-limit", pack_params.time_limit_seconds, "seconds for the exact search")
       ->capture_default_str();
   pack->add_option("--alignment", pack_params.alignment, "offset alignment in bytes")
       ->capture_default_str()
       ->check(kPositive);
-  pack->add_option("-o,--output", pack_params.output, "write the placement (CSV with offsets, or plan.json)");
+  pack->add_option("-o,--output", pack_params.output,
+                   "write the placement (CSV with offsets, or plan.json)");
   pack->add_flag("--json", pack_params.json, "machine-readable output");
 
   bool version_json = false;

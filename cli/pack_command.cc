@@ -1,8 +1,7 @@
-#include <chrono>
-
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
@@ -34,7 +33,8 @@ std::string_view status_name(PackStatus status) {
 int run_pack(const PackParams& p, std::ostream& out) {
   const auto assigner = make_offset_assigner(p.algorithm);
   if (!assigner) {
-    throw InputError("", "--algorithm", unknown_name_message("algorithm", p.algorithm, offset_assigner_names()));
+    throw InputError("", "--algorithm",
+                     unknown_name_message("algorithm", p.algorithm, offset_assigner_names()));
   }
   if (p.alignment <= 0) throw InputError("", "--alignment", "must be positive");
   if (p.time_limit_seconds <= 0) throw InputError("", "--time-limit", "must be positive");
@@ -47,7 +47,8 @@ int run_pack(const PackParams& p, std::ostream& out) {
   if (is_plan) {
     plan = plan_from_json(read_json_file(p.input), p.input);
     if (auto error = validate_plan(plan)) {
-      throw InputError(p.input, std::string(plan_error_kind_name(error->kind)), "invalid plan: " + error->message);
+      throw InputError(p.input, std::string(plan_error_kind_name(error->kind)),
+                       "invalid plan: " + error->message);
     }
     for (std::size_t i = 0; i < plan.buffers.size(); ++i) {
       const PlanBuffer& b = plan.buffers[i];
@@ -58,19 +59,24 @@ int run_pack(const PackParams& p, std::ostream& out) {
   } else {
     table = read_pool_csv(p.input);
   }
-  const PackOptions options{.alignment = p.alignment, .capacity = p.capacity, .time_limit_seconds = p.time_limit_seconds};
+  const PackOptions options{
+      .alignment = p.alignment, .capacity = p.capacity, .time_limit_seconds = p.time_limit_seconds};
   const auto start = std::chrono::steady_clock::now();
   const PoolAssignment result = assigner->assign(table.requests, options);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t lower_bound = live_bytes_lower_bound(table.requests);
   const bool solved = result.status == PackStatus::solved;
   if (solved) {
-    if (auto error = check_packing(table.requests, result.offsets, result.size_bytes, p.alignment)) {
-      throw std::logic_error(fmt::format("{} produced an invalid placement: {}", assigner->name(), *error));
+    if (auto error =
+            check_packing(table.requests, result.offsets, result.size_bytes, p.alignment)) {
+      throw std::logic_error(
+          fmt::format("{} produced an invalid placement: {}", assigner->name(), *error));
     }
   }
   if (is_plan && solved) {
-    for (std::size_t k = 0; k < plan_index.size(); ++k) plan.buffers[plan_index[k]].offset = result.offsets[k];
+    for (std::size_t k = 0; k < plan_index.size(); ++k)
+      plan.buffers[plan_index[k]].offset = result.offsets[k];
     plan.pool.algorithm = std::string(assigner->name());
     plan.pool.alignment_bytes = p.alignment;
     plan.pool.size_bytes = result.size_bytes;
@@ -80,9 +86,14 @@ int run_pack(const PackParams& p, std::ostream& out) {
     }
   }
   if (!p.output.empty() && solved) {
-    write_file_atomically(p.output, is_plan ? plan_to_json(plan).dump(1) + "\n" : format_pool_csv(table, result.offsets));
+    write_file_atomically(p.output, is_plan ? plan_to_json(plan).dump(1) + "\n"
+                                            : format_pool_csv(table, result.offsets));
   }
-  const double gap = lower_bound > 0 ? 100.0 * (static_cast<double>(result.size_bytes) / static_cast<double>(lower_bound) - 1.0) : 0.0;
+  const double gap =
+      lower_bound > 0
+          ? 100.0 *
+                (static_cast<double>(result.size_bytes) / static_cast<double>(lower_bound) - 1.0)
+          : 0.0;
   if (p.json) {
     nlohmann::json j = {{"input", p.input},
                         {"algorithm", assigner->name()},
@@ -102,11 +113,14 @@ int run_pack(const PackParams& p, std::ostream& out) {
   }
   out << fmt::format("{}: {} buffers, {}\n", p.input, table.requests.size(), assigner->name());
   if (!solved) {
-    out << fmt::format("{}: no placement within capacity {}{}\n", status_name(result.status), *p.capacity,
-                       result.status == PackStatus::infeasible ? " exists (proven)" : " was found in the time limit");
+    out << fmt::format("{}: no placement within capacity {}{}\n", status_name(result.status),
+                       *p.capacity,
+                       result.status == PackStatus::infeasible ? " exists (proven)"
+                                                               : " was found in the time limit");
   } else {
-    out << fmt::format("height {} ({}), lower bound {} (+{:.3f} %), {}, {:.3f} s\n", result.size_bytes,
-                       format_bytes(static_cast<double>(result.size_bytes)), lower_bound, gap,
+    out << fmt::format("height {} ({}), lower bound {} (+{:.3f} %), {}, {:.3f} s\n",
+                       result.size_bytes, format_bytes(static_cast<double>(result.size_bytes)),
+                       lower_bound, gap,
                        result.proven_optimal ? "proven optimal" : "not proven optimal", seconds);
     if (!p.output.empty()) out << "wrote " << p.output << "\n";
   }

@@ -20,7 +20,9 @@ constexpr NameTable<ComputeKind, 5> kKinds = {{
     {ComputeKind::embedding, "embedding"},
 }};
 
-std::string kind_name(ComputeKind kind) { return std::string(name_of(kKinds, kind)); }
+std::string kind_name(ComputeKind kind) {
+  return std::string(name_of(kKinds, kind));
+}
 
 ComputeKind parse_kind(const JsonReader& r) {
   const std::string text = r.string_or("kind", "none");

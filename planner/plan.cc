@@ -5,23 +5,20 @@
 namespace shardplan {
 namespace {
 
-constexpr NameTable<Stream, 4> kStreams = {
-    {{Stream::compute, "compute"},
-     {Stream::ag, "ag"},
-     {Stream::rs, "rs"},
-     {Stream::outer, "outer"}}};
-constexpr NameTable<OpKind, 7> kOpKinds = {
-    {{OpKind::all_gather, "all_gather"},
-     {OpKind::reduce_scatter, "reduce_scatter"},
-     {OpKind::all_reduce, "all_reduce"},
-     {OpKind::forward, "forward"},
-     {OpKind::backward, "backward"},
-     {OpKind::recompute, "recompute"},
-     {OpKind::optimizer_step, "optimizer_step"}}};
-constexpr NameTable<CommGroup, 3> kGroups = {
-    {{CommGroup::none, "none"},
-     {CommGroup::dp_shard, "dp_shard"},
-     {CommGroup::dp_outer, "dp_outer"}}};
+constexpr NameTable<Stream, 4> kStreams = {{{Stream::compute, "compute"},
+                                            {Stream::ag, "ag"},
+                                            {Stream::rs, "rs"},
+                                            {Stream::outer, "outer"}}};
+constexpr NameTable<OpKind, 7> kOpKinds = {{{OpKind::all_gather, "all_gather"},
+                                            {OpKind::reduce_scatter, "reduce_scatter"},
+                                            {OpKind::all_reduce, "all_reduce"},
+                                            {OpKind::forward, "forward"},
+                                            {OpKind::backward, "backward"},
+                                            {OpKind::recompute, "recompute"},
+                                            {OpKind::optimizer_step, "optimizer_step"}}};
+constexpr NameTable<CommGroup, 3> kGroups = {{{CommGroup::none, "none"},
+                                              {CommGroup::dp_shard, "dp_shard"},
+                                              {CommGroup::dp_outer, "dp_outer"}}};
 constexpr NameTable<BufferRole, 11> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},

@@ -112,8 +112,10 @@ void pack_pool(Plan& plan, const OffsetAssigner& assigner) {
   }
   // The planner sits inside search loops: a deterministic node budget (same plan on every
   // machine), with a wall-clock cap only as a safety net.
-  const PoolAssignment assignment = assigner.assign(
-      requests, PackOptions{.alignment = plan.pool.alignment_bytes, .time_limit_seconds = 2.0, .node_limit = 200000});
+  const PoolAssignment assignment =
+      assigner.assign(requests, PackOptions{.alignment = plan.pool.alignment_bytes,
+                                            .time_limit_seconds = 2.0,
+                                            .node_limit = 200000});
   for (std::size_t k = 0; k < index.size(); ++k)
     plan.buffers[index[k]].offset = assignment.offsets[k];
   plan.pool.algorithm = std::string(assigner.name());

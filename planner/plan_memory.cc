@@ -13,7 +13,8 @@ template <typename Pick>
 double transient_peak(const Plan& plan, const Pick& pick) {
   std::vector<PoolRequest> requests;
   for (const PlanBuffer& b : plan.buffers) {
-    if (!b.persistent && pick(b)) requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
+    if (!b.persistent && pick(b))
+      requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
   }
   return static_cast<double>(live_bytes_lower_bound(requests));
 }

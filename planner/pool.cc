@@ -1,9 +1,9 @@
 #include "planner/pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
-
-#include <fmt/format.h>
 
 namespace shardplan {
 
@@ -27,7 +27,8 @@ int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests) {
 }
 
 PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capacity) {
-  return live_bytes_lower_bound(requests) > capacity ? PackStatus::infeasible : PackStatus::not_found;
+  return live_bytes_lower_bound(requests) > capacity ? PackStatus::infeasible
+                                                     : PackStatus::not_found;
 }
 
 std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
@@ -44,7 +45,8 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
       return fmt::format("buffer {} at offset {} is not aligned to {}", i, offsets[i], alignment);
     }
     if (offsets[i] + r.bytes > size_bytes) {
-      return fmt::format("buffer {} ends at {}, past the pool of {}", i, offsets[i] + r.bytes, size_bytes);
+      return fmt::format("buffer {} ends at {}, past the pool of {}", i, offsets[i] + r.bytes,
+                         size_bytes);
     }
     if (r.bytes > 0 && r.begin < r.end) order.push_back(i);
   }
@@ -56,13 +58,16 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
   std::multimap<int64_t, std::size_t> live_by_offset;
   std::multimap<int64_t, std::size_t> live_by_end;
   auto overlaps = [&](std::size_t a, std::size_t b) {
-    return offsets[a] < offsets[b] + requests[b].bytes && offsets[b] < offsets[a] + requests[a].bytes;
+    return offsets[a] < offsets[b] + requests[b].bytes &&
+           offsets[b] < offsets[a] + requests[a].bytes;
   };
   auto report = [&](std::size_t a, std::size_t b) {
-    return fmt::format("buffers {} [{}, {}) and {} [{}, {}) share bytes while both are live (times [{}, {}) and "
-                       "[{}, {}))",
-                       a, offsets[a], offsets[a] + requests[a].bytes, b, offsets[b], offsets[b] + requests[b].bytes,
-                       requests[a].begin, requests[a].end, requests[b].begin, requests[b].end);
+    return fmt::format(
+        "buffers {} [{}, {}) and {} [{}, {}) share bytes while both are live (times [{}, {}) and "
+        "[{}, {}))",
+        a, offsets[a], offsets[a] + requests[a].bytes, b, offsets[b],
+        offsets[b] + requests[b].bytes, requests[a].begin, requests[a].end, requests[b].begin,
+        requests[b].end);
   };
   for (std::size_t i : order) {
     while (!live_by_end.empty() && live_by_end.begin()->first <= requests[i].begin) {
@@ -76,7 +81,8 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
       }
     }
     auto next = live_by_offset.lower_bound(offsets[i]);
-    for (auto it = next; it != live_by_offset.end() && it->first < offsets[i] + requests[i].bytes; ++it) {
+    for (auto it = next; it != live_by_offset.end() && it->first < offsets[i] + requests[i].bytes;
+         ++it) {
       if (overlaps(it->second, i)) return report(it->second, i);
     }
     if (next != live_by_offset.begin() && overlaps(std::prev(next)->second, i)) {
@@ -96,6 +102,8 @@ std::unique_ptr<OffsetAssigner> make_offset_assigner(std::string_view name) {
   return nullptr;
 }
 
-std::vector<std::string> offset_assigner_names() { return {"slots", "best-fit", "exact", "auto"}; }
+std::vector<std::string> offset_assigner_names() {
+  return {"slots", "best-fit", "exact", "auto"};
+}
 
 }  // namespace shardplan

@@ -36,8 +36,8 @@ struct PoolAssignment {
   std::vector<int64_t> offsets;  // one per request (empty unless solved)
   int64_t size_bytes = 0;        // highest offset + bytes
   PackStatus status = PackStatus::solved;
-  bool proven_optimal = false;   // no smaller pool exists
-  int64_t nodes = 0;             // search nodes explored (exact)
+  bool proven_optimal = false;  // no smaller pool exists
+  int64_t nodes = 0;            // search nodes explored (exact)
 };
 
 // Places buffers at offsets so that no two live at once share a byte. Several algorithms
@@ -46,7 +46,8 @@ class OffsetAssigner {
  public:
   virtual ~OffsetAssigner() = default;
   virtual std::string_view name() const = 0;
-  virtual PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const = 0;
+  virtual PoolAssignment assign(const std::vector<PoolRequest>& requests,
+                                const PackOptions& options) const = 0;
 };
 
 // Megatron-FSDP's TracePoolAllocator rule (seeds/001, PR #4435; its design describes the

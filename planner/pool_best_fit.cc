@@ -7,7 +7,9 @@
 namespace shardplan {
 namespace {
 
-int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 
 // The placed buffers, indexed by start time for overlap queries: a segment tree over the
 // requests sorted by `begin`, each node holding the latest `end` among placed buffers
@@ -17,8 +19,9 @@ class PlacedIndex {
   explicit PlacedIndex(const std::vector<PoolRequest>& requests) : requests_(requests) {
     by_begin_.resize(requests.size());
     std::iota(by_begin_.begin(), by_begin_.end(), 0);
-    std::stable_sort(by_begin_.begin(), by_begin_.end(),
-                     [&](std::size_t a, std::size_t b) { return requests[a].begin < requests[b].begin; });
+    std::stable_sort(by_begin_.begin(), by_begin_.end(), [&](std::size_t a, std::size_t b) {
+      return requests[a].begin < requests[b].begin;
+    });
     position_.resize(requests.size());
     for (std::size_t p = 0; p < by_begin_.size(); ++p) position_[by_begin_[p]] = p;
     size_ = 1;
@@ -29,7 +32,8 @@ class PlacedIndex {
   void place(std::size_t request) {
     std::size_t node = size_ + position_[request];
     max_end_[node] = requests_[request].end;
-    for (node /= 2; node >= 1; node /= 2) max_end_[node] = std::max(max_end_[2 * node], max_end_[2 * node + 1]);
+    for (node /= 2; node >= 1; node /= 2)
+      max_end_[node] = std::max(max_end_[2 * node], max_end_[2 * node + 1]);
   }
 
   // Placed requests live at some time in [begin, end).
@@ -67,8 +71,8 @@ class PlacedIndex {
 
 // Places requests in `order`, each into the smallest gap that holds it among the placed
 // buffers it overlaps in time, else on top of them.
-PoolAssignment place_in_order(const std::vector<PoolRequest>& requests, const std::vector<std::size_t>& order,
-                              int64_t default_alignment) {
+PoolAssignment place_in_order(const std::vector<PoolRequest>& requests,
+                              const std::vector<std::size_t>& order, int64_t default_alignment) {
   PoolAssignment out;
   out.offsets.assign(requests.size(), 0);
   PlacedIndex index(requests);
@@ -83,7 +87,8 @@ PoolAssignment place_in_order(const std::vector<PoolRequest>& requests, const st
     if (r.bytes > 0 && r.begin < r.end) {
       index.overlapping(r.begin, r.end, neighbours);
       taken.clear();
-      for (std::size_t n : neighbours) taken.emplace_back(out.offsets[n], out.offsets[n] + requests[n].bytes);
+      for (std::size_t n : neighbours)
+        taken.emplace_back(out.offsets[n], out.offsets[n] + requests[n].bytes);
       std::sort(taken.begin(), taken.end());
       for (const auto& [start, stop] : taken) {
         const int64_t candidate = round_up(cursor, alignment);
@@ -105,7 +110,8 @@ class BestFitAssigner final : public OffsetAssigner {
  public:
   std::string_view name() const override { return "best-fit"; }
 
-  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+  PoolAssignment assign(const std::vector<PoolRequest>& requests,
+                        const PackOptions& options) const override {
     std::vector<std::size_t> by_size(requests.size());
     std::iota(by_size.begin(), by_size.end(), 0);
     std::vector<std::size_t> by_duration = by_size;
@@ -119,18 +125,23 @@ class BestFitAssigner final : public OffsetAssigner {
       return requests[a].bytes > requests[b].bytes;
     });
     // The two orders are independent: the second runs on another core.
-    auto second = std::async(std::launch::async, [&] { return place_in_order(requests, by_duration, options.alignment); });
+    auto second = std::async(std::launch::async, [&] {
+      return place_in_order(requests, by_duration, options.alignment);
+    });
     PoolAssignment best = place_in_order(requests, by_size, options.alignment);
     PoolAssignment other = second.get();
     if (other.size_bytes < best.size_bytes) best = std::move(other);
     if (best.size_bytes == live_bytes_lower_bound(requests)) best.proven_optimal = true;
-    if (options.capacity && best.size_bytes > *options.capacity) best.status = over_capacity(requests, *options.capacity);
+    if (options.capacity && best.size_bytes > *options.capacity)
+      best.status = over_capacity(requests, *options.capacity);
     return best;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<OffsetAssigner> make_best_fit_assigner() { return std::make_unique<BestFitAssigner>(); }
+std::unique_ptr<OffsetAssigner> make_best_fit_assigner() {
+  return std::make_unique<BestFitAssigner>();
+}
 
 }  // namespace shardplan

@@ -1,11 +1,11 @@
 #include "planner/pool_csv.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 #include "models/error.h"
 
@@ -17,7 +17,8 @@ std::vector<std::string> split(std::string_view line) {
   std::size_t start = 0;
   while (true) {
     const auto comma = line.find(',', start);
-    std::string field(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    std::string field(line.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     // Tolerate spaces around fields and a CR from CRLF files.
     while (!field.empty() && (field.back() == ' ' || field.back() == '\r')) field.pop_back();
     while (!field.empty() && field.front() == ' ') field.erase(field.begin());
@@ -34,18 +35,23 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
   PoolTable table;
   std::size_t line_number = 0;
   std::size_t pos = 0;
-  int id_col = -1, lower_col = -1, upper_col = -1, size_col = -1, alignment_col = -1, offset_col = -1;
+  int id_col = -1, lower_col = -1, upper_col = -1, size_col = -1, alignment_col = -1,
+      offset_col = -1;
   bool inclusive_end = false;
   std::unordered_set<std::string> ids;
   while (pos <= text.size()) {
     const auto newline = text.find('\n', pos);
-    std::string_view line = text.substr(pos, newline == std::string_view::npos ? std::string_view::npos : newline - pos);
+    std::string_view line = text.substr(
+        pos, newline == std::string_view::npos ? std::string_view::npos : newline - pos);
     pos = newline == std::string_view::npos ? text.size() + 1 : newline + 1;
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const auto where = [&](const std::string& column) { return fmt::format("line {}{}", line_number, column.empty() ? "" : ", column " + column); };
+    const auto where = [&](const std::string& column) {
+      return fmt::format("line {}{}", line_number, column.empty() ? "" : ", column " + column);
+    };
     if (line_number == 1) {
-      if (line.empty()) throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
+      if (line.empty())
+        throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
       const auto columns = split(line);
       for (std::size_t c = 0; c < columns.size(); ++c) {
         const std::string& name = columns[c];
@@ -68,8 +74,9 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
         } else if (name == "hint") {
           // MiniMalloc's placement hint (-1: none): read and kept, not used.
         } else {
-          throw InputError(label, where(name), "unknown column (expected id, lower, upper, size, and optionally "
-                                               "alignment, offset, hint)");
+          throw InputError(label, where(name),
+                           "unknown column (expected id, lower, upper, size, and optionally "
+                           "alignment, offset, hint)");
         }
       }
       for (const auto& [col, name] : {std::pair{id_col, "id"}, std::pair{lower_col, "lower"},
@@ -84,8 +91,9 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
     if (line.empty()) break;  // MiniMalloc stops at the first empty line
     auto fields = split(line);
     if (fields.size() != table.header.size() + (offset_col >= 0 ? 1 : 0)) {
-      throw InputError(label, where(""), fmt::format("{} fields, the header has {}", fields.size(),
-                                                     table.header.size() + (offset_col >= 0 ? 1 : 0)));
+      throw InputError(label, where(""),
+                       fmt::format("{} fields, the header has {}", fields.size(),
+                                   table.header.size() + (offset_col >= 0 ? 1 : 0)));
     }
     auto integer = [&](int col, const char* name) {
       const std::string& field = fields[static_cast<std::size_t>(col)];
@@ -105,17 +113,21 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
       if (r.alignment <= 0) throw InputError(label, where("alignment"), "must be positive");
     }
     if (offset_col >= 0) integer(offset_col, "offset");
-    if (r.bytes <= 0) throw InputError(label, where("size"), fmt::format("must be positive, got {}", r.bytes));
+    if (r.bytes <= 0)
+      throw InputError(label, where("size"), fmt::format("must be positive, got {}", r.bytes));
     if (r.begin >= r.end) {
-      throw InputError(label, where("lower"), fmt::format("lower {} is not below upper {}", r.begin, r.end));
+      throw InputError(label, where("lower"),
+                       fmt::format("lower {} is not below upper {}", r.begin, r.end));
     }
     const std::string& id = fields[static_cast<std::size_t>(id_col)];
-    if (!ids.insert(id).second) throw InputError(label, where("id"), fmt::format("duplicate id '{}'", id));
+    if (!ids.insert(id).second)
+      throw InputError(label, where("id"), fmt::format("duplicate id '{}'", id));
     if (offset_col >= 0) fields.erase(fields.begin() + offset_col);
     table.rows.push_back(std::move(fields));
     table.requests.push_back(r);
   }
-  if (table.header.empty()) throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
+  if (table.header.empty())
+    throw InputError(label, "line 1", "empty file: expected the header id,lower,upper,size");
   return table;
 }
 

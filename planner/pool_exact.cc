@@ -26,12 +26,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 
 struct Instance {
   std::vector<int64_t> size, alignment, length;  // length: end − begin, in time
-  std::vector<int64_t> section_lo, section_hi;  // sections [lo, hi) of each buffer
-  std::vector<std::vector<int32_t>> overlaps;   // buffers live at a common time
+  std::vector<int64_t> section_lo, section_hi;   // sections [lo, hi) of each buffer
+  std::vector<std::vector<int32_t>> overlaps;    // buffers live at a common time
   std::vector<std::vector<int32_t>> in_section;
   std::vector<std::vector<int32_t>> partitions;  // buffers of each independent time range
   std::vector<std::pair<int32_t, int32_t>> partition_sections;
@@ -69,9 +71,8 @@ Instance prepare(const std::vector<PoolRequest>& requests, int64_t default_align
   in.overlaps.resize(n);
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return in.section_lo[a] < in.section_lo[b];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return in.section_lo[a] < in.section_lo[b]; });
   std::vector<std::size_t> active;
   for (std::size_t i : order) {
     if (in.section_lo[i] >= in.section_hi[i]) continue;
@@ -85,7 +86,8 @@ Instance prepare(const std::vector<PoolRequest>& requests, int64_t default_align
   // Independent partitions: cut wherever no buffer spans a section boundary.
   std::vector<int32_t> crossing(sections + 1, 0);
   for (std::size_t i = 0; i < n; ++i) {
-    for (int64_t s = in.section_lo[i] + 1; s < in.section_hi[i]; ++s) crossing[static_cast<std::size_t>(s)] = 1;
+    for (int64_t s = in.section_lo[i] + 1; s < in.section_hi[i]; ++s)
+      crossing[static_cast<std::size_t>(s)] = 1;
   }
   std::vector<int32_t> partition_of_section(sections, 0);
   int32_t current = 0;
@@ -102,7 +104,8 @@ Instance prepare(const std::vector<PoolRequest>& requests, int64_t default_align
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (in.section_lo[i] < in.section_hi[i]) {
-      in.partitions[static_cast<std::size_t>(partition_of_section[static_cast<std::size_t>(in.section_lo[i])])]
+      in.partitions[static_cast<std::size_t>(
+                        partition_of_section[static_cast<std::size_t>(in.section_lo[i])])]
           .push_back(static_cast<int32_t>(i));
     }
   }
@@ -120,7 +123,8 @@ constexpr std::array<Heuristic, 3> kHeuristics = {{{Key::width, Key::area, Key::
 
 // `buffers` in the heuristic's order; `section_total` holds the unplaced bytes per section.
 std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& buffers,
-                              const std::vector<int64_t>& section_total, const Heuristic& heuristic) {
+                              const std::vector<int64_t>& section_total,
+                              const Heuristic& heuristic) {
   struct Keys {
     int64_t width, area, total;
     int32_t buffer;
@@ -157,8 +161,8 @@ enum class Outcome { found, exhausted, aborted };
 // decomposition), which keeps a failure on one side from re-searching the other.
 class Search {
  public:
-  Search(const Instance& in, int64_t capacity, const Heuristic& heuristic, Clock::time_point deadline,
-         int64_t* nodes_left, int64_t* nodes)
+  Search(const Instance& in, int64_t capacity, const Heuristic& heuristic,
+         Clock::time_point deadline, int64_t* nodes_left, int64_t* nodes)
       : in_(in),
         capacity_(capacity),
         heuristic_(heuristic),
@@ -180,9 +184,11 @@ class Search {
     section_stamp_.assign(num_sections, 0);
     for (int32_t b : buffers) {
       const auto i = static_cast<std::size_t>(b);
-      for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s) total_[static_cast<std::size_t>(s)] += in_.size[i];
+      for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s)
+        total_[static_cast<std::size_t>(s)] += in_.size[i];
       // Boundary k sits between sections k - 1 and k.
-      for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) ++cuts_[static_cast<std::size_t>(k)];
+      for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k)
+        ++cuts_[static_cast<std::size_t>(k)];
     }
     for (int32_t s = sections.first; s < sections.second; ++s) {
       if (total_[static_cast<std::size_t>(s)] > capacity_) return Outcome::exhausted;
@@ -190,7 +196,8 @@ class Search {
     rank(buffers);
     const Outcome outcome = dfs(buffers, sections, -1, -1);
     if (outcome == Outcome::found) {
-      for (int32_t b : buffers) offsets[static_cast<std::size_t>(b)] = solution_[static_cast<std::size_t>(b)];
+      for (int32_t b : buffers)
+        offsets[static_cast<std::size_t>(b)] = solution_[static_cast<std::size_t>(b)];
     }
     return outcome;
   }
@@ -202,8 +209,8 @@ class Search {
     int32_t buffer;
   };
 
-  Outcome dfs(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections, int64_t last_offset,
-              int32_t last_rank) {
+  Outcome dfs(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
+              int64_t last_offset, int32_t last_rank) {
     if (--nodes_left_ < 0) return Outcome::aborted;
     ++nodes_;
     // A node of a large instance costs microseconds; the clock costs nanoseconds.
@@ -242,8 +249,8 @@ class Search {
     return Outcome::exhausted;
   }
 
-  Outcome place_and_descend(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
-                            const Candidate& c, int64_t top) {
+  Outcome place_and_descend(const std::vector<int32_t>& buffers,
+                            std::pair<int32_t, int32_t> sections, const Candidate& c, int64_t top) {
     const auto i = static_cast<std::size_t>(c.buffer);
     offset_[i] = c.offset;
     solution_[i] = c.offset;
@@ -276,7 +283,8 @@ class Search {
       const auto si = static_cast<std::size_t>(s);
       int64_t lowest = INT64_MAX;
       for (int32_t b : in_.in_section[si]) {
-        if (offset_[static_cast<std::size_t>(b)] < 0) lowest = std::min(lowest, min_offset_[static_cast<std::size_t>(b)]);
+        if (offset_[static_cast<std::size_t>(b)] < 0)
+          lowest = std::min(lowest, min_offset_[static_cast<std::size_t>(b)]);
       }
       if (lowest != INT64_MAX && floor_[si] < lowest) {
         floor_changes_.push_back({s, floor_[si]});
@@ -285,21 +293,23 @@ class Search {
     }
     Outcome outcome = Outcome::exhausted;
     if (feasible(sections, c.offset)) outcome = decompose_and_descend(buffers, sections, c);
-    for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s) total_[static_cast<std::size_t>(s)] += in_.size[i];
+    for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s)
+      total_[static_cast<std::size_t>(s)] += in_.size[i];
     while (floor_changes_.size() > floor_mark) {
       floor_[static_cast<std::size_t>(floor_changes_.back().first)] = floor_changes_.back().second;
       floor_changes_.pop_back();
     }
     while (offset_changes_.size() > offset_mark) {
-      min_offset_[static_cast<std::size_t>(offset_changes_.back().first)] = offset_changes_.back().second;
+      min_offset_[static_cast<std::size_t>(offset_changes_.back().first)] =
+          offset_changes_.back().second;
       offset_changes_.pop_back();
     }
     offset_[i] = -1;
     return outcome;
   }
 
-  Outcome decompose_and_descend(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
-                                const Candidate& c) {
+  Outcome decompose_and_descend(const std::vector<int32_t>& buffers,
+                                std::pair<int32_t, int32_t> sections, const Candidate& c) {
     const auto i = static_cast<std::size_t>(c.buffer);
     std::vector<int32_t> cutpoints = {sections.first};
     for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) {
@@ -318,7 +328,8 @@ class Search {
         for (int32_t b : buffers) {
           const auto o = static_cast<std::size_t>(b);
           if (offset_[o] >= 0) continue;
-          if (in_.section_hi[o] > part.first && in_.section_lo[o] < part.second) inside.push_back(b);
+          if (in_.section_hi[o] > part.first && in_.section_lo[o] < part.second)
+            inside.push_back(b);
         }
         if (!inside.empty()) {
           // A fresh subproblem gets a fresh static order, by the totals left in it.
@@ -326,17 +337,20 @@ class Search {
           for (int32_t b : inside) saved.push_back(rank_[static_cast<std::size_t>(b)]);
           rank(inside);
           outcome = dfs(inside, part, -1, -1);
-          for (std::size_t m = 0; m < inside.size(); ++m) rank_[static_cast<std::size_t>(inside[m])] = saved[m];
+          for (std::size_t m = 0; m < inside.size(); ++m)
+            rank_[static_cast<std::size_t>(inside[m])] = saved[m];
         }
       }
     }
-    for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k) ++cuts_[static_cast<std::size_t>(k)];
+    for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k)
+      ++cuts_[static_cast<std::size_t>(k)];
     return outcome;
   }
 
   void rank(const std::vector<int32_t>& buffers) {
     const std::vector<int32_t> order = preorder(in_, buffers, total_, heuristic_);
-    for (std::size_t k = 0; k < order.size(); ++k) rank_[static_cast<std::size_t>(order[k])] = static_cast<int32_t>(k);
+    for (std::size_t k = 0; k < order.size(); ++k)
+      rank_[static_cast<std::size_t>(order[k])] = static_cast<int32_t>(k);
   }
 
   // Every remaining buffer goes at or above `offset` (canonical order) and above each
@@ -368,8 +382,8 @@ class Search {
 };
 
 // Decides one capacity for all partitions; `offsets` is filled when the answer is yes.
-Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline, int64_t node_budget,
-               int64_t& nodes, std::vector<int64_t>& offsets) {
+Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline,
+               int64_t node_budget, int64_t& nodes, std::vector<int64_t>& offsets) {
   for (std::size_t p = 0; p < in.partitions.size(); ++p) {
     const auto& buffers = in.partitions[p];
     if (buffers.empty()) continue;
@@ -398,13 +412,15 @@ class ExactAssigner final : public OffsetAssigner {
  public:
   std::string_view name() const override { return "exact"; }
 
-  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+  PoolAssignment assign(const std::vector<PoolRequest>& requests,
+                        const PackOptions& options) const override {
     const auto start = Clock::now();
-    const auto deadline =
-        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_seconds));
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(options.time_limit_seconds));
     const Instance in = prepare(requests, options.alignment);
     // An upper bound to start from: best fit is fast and usually close.
-    PoolAssignment best = make_best_fit_assigner()->assign(requests, PackOptions{.alignment = options.alignment});
+    PoolAssignment best =
+        make_best_fit_assigner()->assign(requests, PackOptions{.alignment = options.alignment});
     best.status = PackStatus::solved;
     // Feasibility is monotone in the capacity: probe the lower bound first (tight
     // instances end there), then bisect between what is known to fit and what is not.
@@ -421,7 +437,8 @@ class ExactAssigner final : public OffsetAssigner {
       first = false;
       // Most instances fit at the lower bound, so it gets half the budget; later probes a
       // third of what is left, so the bisection keeps moving.
-      const auto probe_deadline = Clock::now() + (deadline - Clock::now()) / (probe == proven_below ? 2 : 3);
+      const auto probe_deadline =
+          Clock::now() + (deadline - Clock::now()) / (probe == proven_below ? 2 : 3);
       const Outcome outcome = decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
       if (outcome == Outcome::found) {
         best.offsets = offsets;
@@ -441,7 +458,8 @@ class ExactAssigner final : public OffsetAssigner {
     best.nodes = nodes;
     best.proven_optimal = lo_proven;
     if (options.capacity && best.size_bytes > *options.capacity) {
-      best.status = proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
+      best.status =
+          proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
       best.offsets.clear();
     }
     return best;
@@ -452,7 +470,8 @@ class AutoAssigner final : public OffsetAssigner {
  public:
   std::string_view name() const override { return "auto"; }
 
-  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+  PoolAssignment assign(const std::vector<PoolRequest>& requests,
+                        const PackOptions& options) const override {
     // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans.
     PoolAssignment slots = make_slots_assigner()->assign(requests, options);
     if (slots.proven_optimal && slots.status == PackStatus::solved) return slots;
@@ -460,13 +479,18 @@ class AutoAssigner final : public OffsetAssigner {
     if (greedy.status == PackStatus::infeasible) return greedy;
     if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
     PoolAssignment exact = make_exact_assigner()->assign(requests, options);
-    return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact : greedy;
+    return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact
+                                                                                       : greedy;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<OffsetAssigner> make_exact_assigner() { return std::make_unique<ExactAssigner>(); }
-std::unique_ptr<OffsetAssigner> make_auto_assigner() { return std::make_unique<AutoAssigner>(); }
+std::unique_ptr<OffsetAssigner> make_exact_assigner() {
+  return std::make_unique<ExactAssigner>();
+}
+std::unique_ptr<OffsetAssigner> make_auto_assigner() {
+  return std::make_unique<AutoAssigner>();
+}
 
 }  // namespace shardplan

@@ -7,13 +7,16 @@
 namespace shardplan {
 namespace {
 
-int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 
 class SlotsAssigner final : public OffsetAssigner {
  public:
   std::string_view name() const override { return "slots"; }
 
-  PoolAssignment assign(const std::vector<PoolRequest>& requests, const PackOptions& options) const override {
+  PoolAssignment assign(const std::vector<PoolRequest>& requests,
+                        const PackOptions& options) const override {
     struct Slot {
       int64_t bytes = 0;
       int64_t alignment = 1;
@@ -22,8 +25,9 @@ class SlotsAssigner final : public OffsetAssigner {
     std::vector<std::size_t> order(requests.size());
     std::iota(order.begin(), order.end(), 0);
     // Largest first; ties in request order keep the result deterministic.
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return requests[a].bytes > requests[b].bytes; });
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return requests[a].bytes > requests[b].bytes;
+    });
     std::vector<Slot> slots;
     std::vector<std::size_t> slot_of(requests.size());
     for (std::size_t i : order) {
@@ -35,7 +39,8 @@ class SlotsAssigner final : public OffsetAssigner {
         if (next != members.end() && next->first < r.end) continue;
         if (next != members.begin() && std::prev(next)->second > r.begin) continue;
         const int64_t growth = std::max<int64_t>(0, r.bytes - slots[s].bytes);
-        const int64_t best_growth = best == slots.size() ? 0 : std::max<int64_t>(0, r.bytes - slots[best].bytes);
+        const int64_t best_growth =
+            best == slots.size() ? 0 : std::max<int64_t>(0, r.bytes - slots[best].bytes);
         if (best == slots.size() || growth < best_growth ||
             (growth == best_growth && slots[s].bytes < slots[best].bytes)) {
           best = s;
@@ -61,13 +66,16 @@ class SlotsAssigner final : public OffsetAssigner {
       out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
     }
     out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests);
-    if (options.capacity && out.size_bytes > *options.capacity) out.status = over_capacity(requests, *options.capacity);
+    if (options.capacity && out.size_bytes > *options.capacity)
+      out.status = over_capacity(requests, *options.capacity);
     return out;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<OffsetAssigner> make_slots_assigner() { return std::make_unique<SlotsAssigner>(); }
+std::unique_ptr<OffsetAssigner> make_slots_assigner() {
+  return std::make_unique<SlotsAssigner>();
+}
 
 }  // namespace shardplan

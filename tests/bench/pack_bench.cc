@@ -38,19 +38,23 @@ void pack_file(benchmark::State& state, const std::string& path, const std::stri
   report(state, table.requests, result);
 }
 
-void pack_plan(benchmark::State& state, const char* model, int64_t nodes, const std::string& algorithm) {
+void pack_plan(benchmark::State& state, const char* model, int64_t nodes,
+               const std::string& algorithm) {
   const auto spec = shardplan::load_model(model);
   const auto cluster = shardplan::load_cluster("dgx-h100", nodes, std::nullopt);
   const auto config = shardplan::resolve_fsdp_config(
-      shardplan::fsdp_config_from_json({{"grad_accum", 4}, {"seq_len", 4096}}, "bench"), spec, cluster, "bench");
+      shardplan::fsdp_config_from_json({{"grad_accum", 4}, {"seq_len", 4096}}, "bench"), spec,
+      cluster, "bench");
   const auto assigner = shardplan::make_offset_assigner(algorithm);
   const shardplan::Plan plan = shardplan::build_plan(spec, cluster, config, assigner.get());
   std::vector<shardplan::PoolRequest> requests;
   for (const auto& b : plan.buffers) {
-    if (!b.persistent) requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
+    if (!b.persistent)
+      requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
   }
   shardplan::PoolAssignment result;
-  for (auto _ : state) result = assigner->assign(requests, {.alignment = 256, .time_limit_seconds = 10});
+  for (auto _ : state)
+    result = assigner->assign(requests, {.alignment = 256, .time_limit_seconds = 10});
   report(state, requests, result);
 }
 
@@ -68,7 +72,8 @@ int register_all() {
     const std::string name = std::filesystem::path(file).parent_path().filename().string() + "/" +
                              std::filesystem::path(file).stem().string();
     for (const char* algorithm : {"slots", "best-fit", "exact", "auto"}) {
-      benchmark::RegisterBenchmark(("Pack/" + name + "/" + algorithm).c_str(), pack_file, file, std::string(algorithm))
+      benchmark::RegisterBenchmark(("Pack/" + name + "/" + algorithm).c_str(), pack_file, file,
+                                   std::string(algorithm))
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }
@@ -76,8 +81,9 @@ int register_all() {
   for (const auto& [model, nodes] : {std::pair{"llama3-70b", 8}, std::pair{"llama3.1-405b", 128},
                                      std::pair{"mixtral-8x7b", 4}}) {
     for (const char* algorithm : {"slots", "best-fit", "auto"}) {
-      benchmark::RegisterBenchmark((std::string("PackPlan/") + model + "/" + algorithm).c_str(), pack_plan, model,
-                                   static_cast<int64_t>(nodes), std::string(algorithm))
+      benchmark::RegisterBenchmark((std::string("PackPlan/") + model + "/" + algorithm).c_str(),
+                                   pack_plan, model, static_cast<int64_t>(nodes),
+                                   std::string(algorithm))
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }

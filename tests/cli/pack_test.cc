@@ -13,7 +13,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kExample = std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/examples/input.12.csv";
+const std::string kExample =
+    std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/examples/input.12.csv";
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -24,8 +25,8 @@ std::string slurp(const std::string& path) {
 
 TEST(PackCommand, ReadmeExampleEveryAlgorithm) {
   for (const char* algorithm : {"slots", "best-fit", "exact", "auto"}) {
-    const CommandResult r =
-        run_shardplan({"pack", "--input", kExample, "--alignment", "1", "--algorithm", algorithm, "--json"});
+    const CommandResult r = run_shardplan(
+        {"pack", "--input", kExample, "--alignment", "1", "--algorithm", algorithm, "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const nlohmann::json j = stdout_json(r);
     EXPECT_EQ(j["status"], "solved");
@@ -41,7 +42,8 @@ TEST(PackCommand, ReadmeExampleEveryAlgorithm) {
 
 TEST(PackCommand, WritesOffsetsThatMatchTheHeight) {
   const std::string out = write_temp_file("packed.csv", "");
-  const CommandResult r = run_shardplan({"pack", "--input", kExample, "--alignment", "1", "-o", out, "--json"});
+  const CommandResult r =
+      run_shardplan({"pack", "--input", kExample, "--alignment", "1", "-o", out, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string text = slurp(out);
   EXPECT_THAT(text, ::testing::StartsWith("id,lower,upper,size,offset\n"));
@@ -54,8 +56,8 @@ TEST(PackCommand, WritesOffsetsThatMatchTheHeight) {
 TEST(PackCommand, InfeasibleCapacityIsAResultNotAnError) {
   const std::string out = write_temp_file("never.csv", "");
   std::filesystem::remove(out);
-  const CommandResult r =
-      run_shardplan({"pack", "--input", kExample, "--alignment", "1", "--capacity", "11", "-o", out, "--json"});
+  const CommandResult r = run_shardplan(
+      {"pack", "--input", kExample, "--alignment", "1", "--capacity", "11", "-o", out, "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(stdout_json(r)["status"], "infeasible");
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing is written without a placement";
@@ -64,8 +66,8 @@ TEST(PackCommand, InfeasibleCapacityIsAResultNotAnError) {
 TEST(PackCommand, RepacksAPlan) {
   const std::string plan = write_temp_file("plan_in.json", "");
   const std::string repacked = write_temp_file("plan_out.json", "");
-  ASSERT_EQ(run_shardplan({"plan", "--model", "mixtral-8x7b", "--nodes", "2", "--set", "seq_len=4096", "--set",
-                           "grad_accum=2", "-o", plan})
+  ASSERT_EQ(run_shardplan({"plan", "--model", "mixtral-8x7b", "--nodes", "2", "--set",
+                           "seq_len=4096", "--set", "grad_accum=2", "-o", plan})
                 .exit_code,
             0);
   const CommandResult r =
@@ -102,13 +104,26 @@ TEST_P(PackRejects, ExitsOneNamingTheLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Pack, PackRejects,
-    ::testing::Values(BadPack{"missing", "id,lower,size\n0,0,1\n", {}, "line 1: missing column 'upper'"},
-                      BadPack{"nonnumeric", "id,lower,upper,size\n0,0,1,x\n", {}, "line 2, column size: expected an integer"},
-                      BadPack{"size", "id,lower,upper,size\n0,0,1,0\n", {}, "line 2, column size: must be positive"},
-                      BadPack{"order", "id,lower,upper,size\n0,4,1,8\n", {}, "line 2, column lower: lower 4 is not below"},
-                      BadPack{"duplicate", "id,lower,upper,size\na,0,1,8\na,1,2,8\n", {}, "line 3, column id: duplicate"},
-                      BadPack{"algorithm", "id,lower,upper,size\na,0,1,8\n", {"--algorithm", "greedy"},
-                              "unknown algorithm 'greedy'"}),
+    ::testing::Values(
+        BadPack{"missing", "id,lower,size\n0,0,1\n", {}, "line 1: missing column 'upper'"},
+        BadPack{"nonnumeric",
+                "id,lower,upper,size\n0,0,1,x\n",
+                {},
+                "line 2, column size: expected an integer"},
+        BadPack{
+            "size", "id,lower,upper,size\n0,0,1,0\n", {}, "line 2, column size: must be positive"},
+        BadPack{"order",
+                "id,lower,upper,size\n0,4,1,8\n",
+                {},
+                "line 2, column lower: lower 4 is not below"},
+        BadPack{"duplicate",
+                "id,lower,upper,size\na,0,1,8\na,1,2,8\n",
+                {},
+                "line 3, column id: duplicate"},
+        BadPack{"algorithm",
+                "id,lower,upper,size\na,0,1,8\n",
+                {"--algorithm", "greedy"},
+                "unknown algorithm 'greedy'"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Offset assignment: every algorithm against brute force on small instances, MiniMalloc's
 // README example and challenging instances, boundaries, alignment, capacity, time limits,
 // and the CSV format's error paths.
+#include "planner/pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <random>
 
 #include "models/error.h"
-#include "planner/pool.h"
 #include "planner/pool_csv.h"
 #include "tests/expect_input_error.h"
 
@@ -36,7 +37,8 @@ int64_t brute_force_height(const std::vector<PoolRequest>& r) {
       const std::size_t i = order[k];
       for (std::size_t m = 0; m < k; ++m) {
         const std::size_t j = order[m];
-        if (r[i].begin < r[j].end && r[j].begin < r[i].end) offset[i] = std::max(offset[i], offset[j] + r[j].bytes);
+        if (r[i].begin < r[j].end && r[j].begin < r[i].end)
+          offset[i] = std::max(offset[i], offset[j] + r[j].bytes);
       }
       height = std::max(height, offset[i] + r[i].bytes);
     }
@@ -53,7 +55,9 @@ TEST(Pool, ExactMatchesBruteForceOnSmallInstances) {
     for (int i = 0; i < n; ++i) {
       const int64_t begin = std::uniform_int_distribution<int>(0, 8)(rng);
       const int64_t length = std::uniform_int_distribution<int>(1, 6)(rng);
-      requests.push_back({.bytes = std::uniform_int_distribution<int>(1, 9)(rng), .begin = begin, .end = begin + length});
+      requests.push_back({.bytes = std::uniform_int_distribution<int>(1, 9)(rng),
+                          .begin = begin,
+                          .end = begin + length});
     }
     const int64_t optimum = brute_force_height(requests);
     const int64_t lower_bound = live_bytes_lower_bound(requests);
@@ -76,7 +80,8 @@ TEST(Pool, ExactMatchesBruteForceOnSmallInstances) {
 }
 
 TEST(Pool, MiniMallocReadmeExample) {
-  const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/examples/input.12.csv");
+  const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) +
+                                        "/benchmarks/minimalloc/examples/input.12.csv");
   ASSERT_EQ(table.requests.size(), 5u);
   for (const char* algorithm : {"best-fit", "exact", "auto"}) {
     const PoolAssignment result = pack(algorithm, table.requests);
@@ -89,24 +94,30 @@ TEST(Pool, ChallengingInstancesReachTheirOptimum) {
   // MiniMalloc's challenging suite: these reach their lower bound (SOURCE.md) in well
   // under a second here.
   for (const char* name : {"C", "G", "K"}) {
-    const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/challenging/" +
-                                          name + ".1048576.csv");
-    const PoolAssignment result = pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60});
+    const PoolTable table =
+        read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/challenging/" +
+                      name + ".1048576.csv");
+    const PoolAssignment result =
+        pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60});
     EXPECT_EQ(result.size_bytes, live_bytes_lower_bound(table.requests)) << name;
     EXPECT_TRUE(result.proven_optimal) << name;
-    EXPECT_FALSE(check_packing(table.requests, result.offsets, result.size_bytes, 1).has_value()) << name;
+    EXPECT_FALSE(check_packing(table.requests, result.offsets, result.size_bytes, 1).has_value())
+        << name;
   }
 }
 
 TEST(Pool, HalfOpenLifetimesShareBytes) {
-  const std::vector<PoolRequest> requests = {{.bytes = 4, .begin = 0, .end = 3}, {.bytes = 4, .begin = 3, .end = 6}};
+  const std::vector<PoolRequest> requests = {{.bytes = 4, .begin = 0, .end = 3},
+                                             {.bytes = 4, .begin = 3, .end = 6}};
   for (const std::string& algorithm : kAlgorithms) {
     const PoolAssignment result = pack(algorithm, requests);
     EXPECT_EQ(result.size_bytes, 4) << algorithm;
   }
   // One step of overlap and they cannot.
-  const std::vector<PoolRequest> touching = {{.bytes = 4, .begin = 0, .end = 4}, {.bytes = 4, .begin = 3, .end = 6}};
-  for (const std::string& algorithm : kAlgorithms) EXPECT_EQ(pack(algorithm, touching).size_bytes, 8) << algorithm;
+  const std::vector<PoolRequest> touching = {{.bytes = 4, .begin = 0, .end = 4},
+                                             {.bytes = 4, .begin = 3, .end = 6}};
+  for (const std::string& algorithm : kAlgorithms)
+    EXPECT_EQ(pack(algorithm, touching).size_bytes, 8) << algorithm;
 }
 
 TEST(Pool, AlignmentPerBufferAndGlobal) {
@@ -115,7 +126,8 @@ TEST(Pool, AlignmentPerBufferAndGlobal) {
                                              {.bytes = 30, .begin = 0, .end = 10}};
   for (const std::string& algorithm : kAlgorithms) {
     const PoolAssignment result = pack(algorithm, requests, {.alignment = 8});
-    EXPECT_FALSE(check_packing(requests, result.offsets, result.size_bytes, 8).has_value()) << algorithm;
+    EXPECT_FALSE(check_packing(requests, result.offsets, result.size_bytes, 8).has_value())
+        << algorithm;
     EXPECT_EQ(result.offsets[1] % 64, 0) << algorithm;
     EXPECT_EQ(result.offsets[0] % 8, 0) << algorithm;
   }
@@ -131,7 +143,8 @@ TEST(Pool, AlignmentPerBufferAndGlobal) {
 }
 
 TEST(Pool, CapacityThatCannotBeMetIsAnOutcome) {
-  const std::vector<PoolRequest> requests = {{.bytes = 4, .begin = 0, .end = 3}, {.bytes = 4, .begin = 1, .end = 6}};
+  const std::vector<PoolRequest> requests = {{.bytes = 4, .begin = 0, .end = 3},
+                                             {.bytes = 4, .begin = 1, .end = 6}};
   for (const std::string& algorithm : kAlgorithms) {
     const PoolAssignment result = pack(algorithm, requests, {.alignment = 1, .capacity = 7});
     EXPECT_EQ(result.status, PackStatus::infeasible) << algorithm;
@@ -148,27 +161,33 @@ TEST(Pool, CapacityThatCannotBeMetIsAnOutcome) {
 }
 
 TEST(Pool, TimeLimitReturnsTheBestFoundUnproven) {
-  const PoolTable table =
-      read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc/challenging/D.1048576.csv");
+  const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) +
+                                        "/benchmarks/minimalloc/challenging/D.1048576.csv");
   const PoolAssignment greedy = pack("best-fit", table.requests);
-  const PoolAssignment result = pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 0.05});
+  const PoolAssignment result =
+      pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 0.05});
   EXPECT_EQ(result.status, PackStatus::solved);
   EXPECT_FALSE(result.proven_optimal) << "D's optimum is not known to be reachable in 50 ms";
   EXPECT_LE(result.size_bytes, greedy.size_bytes);
   EXPECT_FALSE(check_packing(table.requests, result.offsets, result.size_bytes, 1).has_value());
   // A node limit makes the search deterministic.
-  const PoolAssignment a = pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60, .node_limit = 2000});
-  const PoolAssignment b = pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60, .node_limit = 2000});
+  const PoolAssignment a =
+      pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60, .node_limit = 2000});
+  const PoolAssignment b =
+      pack("exact", table.requests, {.alignment = 1, .time_limit_seconds = 60, .node_limit = 2000});
   EXPECT_EQ(a.offsets, b.offsets);
 }
 
 TEST(PoolCsv, ReadsAliasesAndWritesOffsets) {
-  const PoolTable t = parse_pool_csv("buffer,start,end,size,alignment\nx,0,2,4,2\ny,3,3,8,4\n\nignored\n", "t.csv");
+  const PoolTable t =
+      parse_pool_csv("buffer,start,end,size,alignment\nx,0,2,4,2\ny,3,3,8,4\n\nignored\n", "t.csv");
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_EQ(t.requests[0].end, 3) << "end is inclusive";
   EXPECT_EQ(t.requests[1].alignment, 4);
-  EXPECT_EQ(format_pool_csv(t, {0, 4}), "buffer,start,end,size,alignment,offset\nx,0,2,4,2,0\ny,3,3,8,4,4\n");
-  const PoolTable with_offsets = parse_pool_csv("id,lower,upper,size,offset\na,0,1,4,16\n", "t.csv");
+  EXPECT_EQ(format_pool_csv(t, {0, 4}),
+            "buffer,start,end,size,alignment,offset\nx,0,2,4,2,0\ny,3,3,8,4,4\n");
+  const PoolTable with_offsets =
+      parse_pool_csv("id,lower,upper,size,offset\na,0,1,4,16\n", "t.csv");
   EXPECT_EQ(format_pool_csv(with_offsets, {0}), "id,lower,upper,size,offset\na,0,1,4,0\n");
 }
 
@@ -183,24 +202,30 @@ class RejectsBadCsv : public ::testing::TestWithParam<BadCsv> {};
 
 TEST_P(RejectsBadCsv, NamesTheLine) {
   const BadCsv& bad = GetParam();
-  testing::expect_input_error([&] { parse_pool_csv(bad.text, "in.csv"); }, bad.where, bad.reason, "in.csv");
+  testing::expect_input_error([&] { parse_pool_csv(bad.text, "in.csv"); }, bad.where, bad.reason,
+                              "in.csv");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     PoolCsv, RejectsBadCsv,
-    ::testing::Values(BadCsv{"missing_column", "id,lower,size\n0,1,2\n", "line 1", "missing column 'upper'"},
-                      BadCsv{"unknown_column", "id,lower,upper,size,colour\n", "line 1, column colour", "unknown column"},
-                      BadCsv{"not_a_number", "id,lower,upper,size\n0,0,2,4\n1,0,2,4k\n", "line 3, column size",
-                             "expected an integer, got '4k'"},
-                      BadCsv{"zero_size", "id,lower,upper,size\n0,0,2,0\n", "line 2, column size", "must be positive"},
-                      BadCsv{"negative_size", "id,lower,upper,size\n0,0,2,-3\n", "line 2, column size", "must be positive"},
-                      BadCsv{"empty_lifetime", "id,lower,upper,size\n0,5,5,1\n", "line 2, column lower",
-                             "lower 5 is not below upper 5"},
-                      BadCsv{"duplicate_id", "id,lower,upper,size\n7,0,1,1\n7,1,2,1\n", "line 3, column id",
-                             "duplicate id '7'"},
-                      BadCsv{"field_count", "id,lower,upper,size\n0,0,1\n", "line 2", "3 fields, the header has 4"},
-                      BadCsv{"bad_alignment", "id,lower,upper,size,alignment\n0,0,1,1,0\n", "line 2, column alignment",
+    ::testing::Values(BadCsv{"missing_column", "id,lower,size\n0,1,2\n", "line 1",
+                             "missing column 'upper'"},
+                      BadCsv{"unknown_column", "id,lower,upper,size,colour\n",
+                             "line 1, column colour", "unknown column"},
+                      BadCsv{"not_a_number", "id,lower,upper,size\n0,0,2,4\n1,0,2,4k\n",
+                             "line 3, column size", "expected an integer, got '4k'"},
+                      BadCsv{"zero_size", "id,lower,upper,size\n0,0,2,0\n", "line 2, column size",
                              "must be positive"},
+                      BadCsv{"negative_size", "id,lower,upper,size\n0,0,2,-3\n",
+                             "line 2, column size", "must be positive"},
+                      BadCsv{"empty_lifetime", "id,lower,upper,size\n0,5,5,1\n",
+                             "line 2, column lower", "lower 5 is not below upper 5"},
+                      BadCsv{"duplicate_id", "id,lower,upper,size\n7,0,1,1\n7,1,2,1\n",
+                             "line 3, column id", "duplicate id '7'"},
+                      BadCsv{"field_count", "id,lower,upper,size\n0,0,1\n", "line 2",
+                             "3 fields, the header has 4"},
+                      BadCsv{"bad_alignment", "id,lower,upper,size,alignment\n0,0,1,1,0\n",
+                             "line 2, column alignment", "must be positive"},
                       BadCsv{"empty_file", "", "line 1", "empty file"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
