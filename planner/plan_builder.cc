@@ -111,10 +111,10 @@ void pack_pool(Plan& plan, const OffsetAssigner& assigner) {
     index.push_back(i);
   }
   // The planner sits inside search loops: a deterministic node budget (same plan on every
-  // machine), with a wall-clock cap only as a safety net.
+  // machine; 200 000 nodes is about a second at worst), the wall clock only a safety net.
   const PoolAssignment assignment =
       assigner.assign(requests, PackOptions{.alignment = plan.pool.alignment_bytes,
-                                            .time_limit_seconds = 2.0,
+                                            .time_limit_seconds = 30.0,
                                             .node_limit = 200000});
   for (std::size_t k = 0; k < index.size(); ++k)
     plan.buffers[index[k]].offset = assignment.offsets[k];
