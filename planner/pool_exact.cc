@@ -155,6 +155,9 @@ std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& bu
 
 enum class Outcome { found, exhausted, aborted };
 
+// Above this many sections touched by one placement, the floor refinement is skipped.
+constexpr std::size_t kMaxFloorSections = 1024;
+
 // Decides whether one partition fits under `capacity`. Every placement may cut the
 // remaining problem in two: where no unplaced buffer crosses a section boundary, the
 // two sides no longer interact and are solved one after the other (dynamic temporal
@@ -278,7 +281,9 @@ class Search {
       }
     }
     // A section's floor is at least the lowest offset any of its unplaced buffers can
-    // take.
+    // take. Only a strengthening of the pruning, so it is skipped where it would cost
+    // more than it saves: a placement that moves buffers spanning thousands of sections.
+    if (touched.size() > kMaxFloorSections) touched.clear();
     for (int32_t s : touched) {
       const auto si = static_cast<std::size_t>(s);
       int64_t lowest = INT64_MAX;
