@@ -1,0 +1,122 @@
+#include "simulator/collective_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace shardplan {
+namespace {
+
+// NCCL src/graph/tuning.cc (v2.23–2.30; ../shared/REFERENCES.md), indexed by protocol
+// LL, LL128, Simple, in microseconds. The cluster files carry the LL entries of the
+// ring rows (nccl.base_latency_s, intra_node.latency_s, inter_node.latency_s).
+constexpr std::array<double, 3> kRingBaseUs = {6.6, 14.0, 8.4};
+constexpr std::array<double, 3> kTreeBaseUs = {6.8, 14.0, 8.4};
+constexpr std::array<double, 3> kRingNvlinkHopUs = {0.6, 1.9, 3.4};
+constexpr std::array<double, 3> kTreeNvlinkHopUs = {0.6, 1.25, 4.0};
+constexpr std::array<double, 3> kRingNetHopUs = {2.7, 4.0, 14.0};
+constexpr std::array<double, 3> kTreeNetHopUs = {5.0, 8.5, 14.0};
+constexpr double kNvlsHopUs = 25.0;  // NVLS, Simple protocol only
+
+// Share of the bus bandwidth each protocol delivers: LL sends 4 bytes of data per
+// 8-byte line (flag + data), so half; LL128 120 of 128 bytes, capped by NCCL at 0.92 of
+// the ring bandwidth (tuning.cc); Simple all of it.
+constexpr std::array<double, 3> kProtocolBandwidth = {0.5, 0.92, 1.0};
+
+// NVLS all-reduce over NVSwitch peaks near 480 GB/s busbw on 8 × H100 where rings reach
+// 360 (nccl-tests #212, nccl #1281): 4/3 of the ring's measured bus bandwidth.
+constexpr double kNvlsOverRing = 480.0 / 360.0;
+
+constexpr std::array<NcclProtocol, 3> kProtocols = {NcclProtocol::ll, NcclProtocol::ll128, NcclProtocol::simple};
+
+double bus_factor(Collective op, int64_t n) {
+  const double ranks = static_cast<double>(n);
+  return op == Collective::all_reduce ? 2.0 * (ranks - 1.0) / ranks : (ranks - 1.0) / ranks;
+}
+
+}  // namespace
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_reduce:
+      return "all_reduce";
+  }
+  return "?";
+}
+
+std::string_view nccl_algorithm_name(NcclAlgorithm a) {
+  switch (a) {
+    case NcclAlgorithm::ring:
+      return "ring";
+    case NcclAlgorithm::tree:
+      return "tree";
+    case NcclAlgorithm::nvls:
+      return "nvls";
+  }
+  return "?";
+}
+
+std::string_view nccl_protocol_name(NcclProtocol p) {
+  switch (p) {
+    case NcclProtocol::ll:
+      return "LL";
+    case NcclProtocol::ll128:
+      return "LL128";
+    case NcclProtocol::simple:
+      return "Simple";
+  }
+  return "?";
+}
+
+CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
+                                       const RankLayout& layout) {
+  CollectiveEstimate best;
+  const int64_t n = layout.ranks;
+  if (n <= 1 || bytes <= 0) return best;
+  const int64_t nodes = layout.nodes();
+  const int64_t per_node = std::min(n, layout.ranks_per_node);
+  // A ring that crosses nodes runs at the slower tier.
+  const double ring_busbw = nodes > 1 ? std::min(cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
+                                                 cluster.inter_node.measured_bus_bandwidth_bytes_per_s)
+                                      : cluster.intra_node.measured_bus_bandwidth_bytes_per_s;
+  const double factor = bus_factor(op, n);
+  best.seconds = INFINITY;
+  auto consider = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us, double busbw) {
+    const double seconds = latency_us * 1e-6 + bytes * factor / busbw;
+    if (seconds < best.seconds) {
+      best.seconds = seconds;
+      best.latency_seconds = latency_us * 1e-6;
+      best.link_bus_bandwidth = busbw;
+      best.algorithm = algorithm;
+      best.protocol = protocol;
+    }
+  };
+  const double steps = op == Collective::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
+  const double net_steps =
+      (op == Collective::all_reduce ? 2.0 : 1.0) * static_cast<double>(nodes - 1);
+  for (NcclProtocol p : kProtocols) {
+    const auto i = static_cast<std::size_t>(p);
+    const double ring_latency =
+        kRingBaseUs[i] + (steps - net_steps) * kRingNvlinkHopUs[i] + net_steps * kRingNetHopUs[i];
+    consider(NcclAlgorithm::ring, p, ring_latency, ring_busbw * kProtocolBandwidth[i]);
+    if (op == Collective::all_reduce && nodes > 1) {
+      const double tree_latency = kTreeBaseUs[i] + 2.0 * (static_cast<double>(per_node - 1) * kTreeNvlinkHopUs[i] +
+                                                          std::log2(static_cast<double>(nodes)) * kTreeNetHopUs[i]);
+      consider(NcclAlgorithm::tree, p, tree_latency, ring_busbw * kProtocolBandwidth[i]);
+    }
+  }
+  if (op == Collective::all_reduce && nodes == 1 && cluster.nccl.nvls) {
+    const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
+    consider(NcclAlgorithm::nvls, NcclProtocol::simple, kRingBaseUs[simple] + kNvlsHopUs,
+             cluster.intra_node.measured_bus_bandwidth_bytes_per_s * kNvlsOverRing);
+  }
+  best.algbw_bytes_per_s = bytes / best.seconds;
+  best.busbw_bytes_per_s = best.algbw_bytes_per_s * factor;
+  return best;
+}
+
+}  // namespace shardplan

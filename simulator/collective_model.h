@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "models/cluster_spec.h"
+
+namespace shardplan {
+
+enum class Collective { all_gather, reduce_scatter, all_reduce };
+enum class NcclAlgorithm { ring, tree, nvls };
+enum class NcclProtocol { ll, ll128, simple };
+
+std::string_view collective_name(Collective c);
+std::string_view nccl_algorithm_name(NcclAlgorithm a);
+std::string_view nccl_protocol_name(NcclProtocol p);
+
+// Where the ranks of a collective sit: `ranks` in all, `ranks_per_node` of them on each
+// node of the NVLink domain (the last node may hold fewer).
+struct RankLayout {
+  int64_t ranks = 1;
+  int64_t ranks_per_node = 1;
+
+  int64_t nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
+};
+
+// The predicted cost of one collective, in the nccl-tests conventions: `bytes` is the
+// size nccl-tests reports (all-gather: the gathered output; reduce-scatter: the input;
+// all-reduce: the buffer), algbw = bytes / time, busbw = algbw × (n−1)/n for all-gather
+// and reduce-scatter and × 2(n−1)/n for all-reduce.
+struct CollectiveEstimate {
+  double seconds = 0;
+  double latency_seconds = 0;          // the size-independent part
+  double algbw_bytes_per_s = 0;
+  double busbw_bytes_per_s = 0;
+  double link_bus_bandwidth = 0;       // the bus bandwidth the chosen protocol runs at
+  NcclAlgorithm algorithm = NcclAlgorithm::ring;
+  NcclProtocol protocol = NcclProtocol::simple;
+};
+
+// NCCL's cost model (src/graph/tuning.cc) over the cluster's tiers: for every algorithm
+// and protocol that applies, latency + bytes ÷ bandwidth; the fastest wins, as NCCL's
+// tuner picks. Ring: base + (steps − inter-node steps) × NVLink hop + inter-node steps ×
+// network hop, at the tier's measured bus bandwidth (a ring crossing nodes runs at the
+// slower tier). Tree (all-reduce across nodes): log2(nodes) network hops each way.
+// NVLS (all-reduce inside an NVSwitch node that has it). A single rank costs nothing.
+CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
+                                       const RankLayout& layout);
+
+}  // namespace shardplan

@@ -1,0 +1,98 @@
+// The collective cost model against NCCL's tuning formulas worked out by hand here, and
+// its physical properties.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/cluster_spec.h"
+#include "simulator/collective_model.h"
+
+namespace shardplan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+ClusterSpec h100(int64_t nodes) { return load_cluster("dgx-h100", nodes, std::nullopt); }
+
+TEST(CollectiveModel, AllGatherInOneNodeWorkedByHand) {
+  // 8 ranks, 1 GiB gathered. Ring Simple: 8.4 µs base + 7 NVLink hops × 3.4 µs, at the
+  // measured 360 GB/s bus bandwidth, moving 7/8 of the buffer per rank.
+  const CollectiveEstimate e = estimate_collective(h100(1), Collective::all_gather, kGiB, {8, 8});
+  const double expected = (8.4 + 7 * 3.4) * 1e-6 + kGiB * 7.0 / 8.0 / 360e9;
+  EXPECT_NEAR(e.seconds, expected, 1e-12);
+  EXPECT_EQ(e.algorithm, NcclAlgorithm::ring);
+  EXPECT_EQ(e.protocol, NcclProtocol::simple);
+  EXPECT_NEAR(e.busbw_bytes_per_s, kGiB / expected * 7.0 / 8.0, 1.0);
+  EXPECT_NEAR(e.algbw_bytes_per_s * e.seconds, kGiB, 1e-3);
+}
+
+TEST(CollectiveModel, SmallMessagesAreLatencyBound) {
+  // 1 KiB all-reduce on 8 ranks: LL ring, 6.6 µs + 14 hops × 0.6 µs, plus 1 KiB × 14/8 at
+  // half of 360 GB/s — microseconds, not bytes ÷ bandwidth.
+  const CollectiveEstimate e = estimate_collective(h100(1), Collective::all_reduce, 1024, {8, 8});
+  EXPECT_NEAR(e.seconds, (6.6 + 14 * 0.6) * 1e-6 + 1024 * 14.0 / 8.0 / 180e9, 1e-12);
+  EXPECT_EQ(e.protocol, NcclProtocol::ll);
+  EXPECT_GT(e.seconds, 100 * 1024 * 14.0 / 8.0 / 360e9);
+}
+
+TEST(CollectiveModel, RingAcrossNodesRunsAtTheNic) {
+  // 16 ranks on 2 nodes: 14 NVLink hops and 1 network hop (Simple: 14 µs); the ring runs
+  // at min(360, 48) GB/s.
+  const CollectiveEstimate e = estimate_collective(h100(2), Collective::all_gather, kGiB, {16, 8});
+  EXPECT_NEAR(e.seconds, (8.4 + 14 * 3.4 + 1 * 14.0) * 1e-6 + kGiB * 15.0 / 16.0 / 48e9, 1e-12);
+  EXPECT_NEAR(e.link_bus_bandwidth, 48e9, 1);
+}
+
+TEST(CollectiveModel, TreeWinsSmallAllReducesAcrossNodes) {
+  // LL tree: 6.8 + 2 × (7 × 0.6 + log2(2) × 5.0) = 25.2 µs against the LL ring's
+  // 6.6 + 28 × 0.6 + 2 × 2.7 = 28.8 µs.
+  const CollectiveEstimate e = estimate_collective(h100(2), Collective::all_reduce, 1024, {16, 8});
+  EXPECT_EQ(e.algorithm, NcclAlgorithm::tree);
+  EXPECT_NEAR(e.latency_seconds, 25.2e-6, 1e-12);
+}
+
+TEST(CollectiveModel, NvlsForLargeAllReducesInANode) {
+  const CollectiveEstimate e = estimate_collective(h100(1), Collective::all_reduce, 8 * kGiB, {8, 8});
+  EXPECT_EQ(e.algorithm, NcclAlgorithm::nvls);
+  EXPECT_NEAR(e.busbw_bytes_per_s / 480e9, 1.0, 0.01);  // nccl-tests #212 on 8 × H100
+  const ClusterSpec a100 = load_cluster("dgx-a100", 1, std::nullopt);
+  EXPECT_EQ(estimate_collective(a100, Collective::all_reduce, 8 * kGiB, {8, 8}).algorithm, NcclAlgorithm::ring);
+}
+
+TEST(CollectiveModel, BusBandwidthApproachesTheMeasuredOneAndRisesWithSize) {
+  for (const char* name : {"dgx-h100", "dgx-a100", "gb200-nvl72"}) {
+    const ClusterSpec c = load_cluster(name, 1, std::nullopt);
+    const RankLayout layout{c.gpus_per_node, c.gpus_per_node};
+    double previous_time = 0;
+    double previous_busbw = 0;
+    for (double bytes = 1024; bytes <= 8 * kGiB; bytes *= 2) {
+      const CollectiveEstimate e = estimate_collective(c, Collective::reduce_scatter, bytes, layout);
+      EXPECT_GT(e.seconds, previous_time) << name << " " << bytes;
+      EXPECT_GE(e.busbw_bytes_per_s, previous_busbw * 0.999) << name << " " << bytes;
+      previous_time = e.seconds;
+      previous_busbw = e.busbw_bytes_per_s;
+    }
+    // At 8 GiB the latency (71 hops on the 72-GPU NVL72 ring) is still a few per cent.
+    EXPECT_NEAR(previous_busbw / c.intra_node.measured_bus_bandwidth_bytes_per_s, 1.0, 0.03) << name;
+  }
+}
+
+TEST(CollectiveModel, FasterLinksNeverSlower) {
+  ClusterSpec slow = h100(2);
+  ClusterSpec fast = slow;
+  fast.inter_node.measured_bus_bandwidth_bytes_per_s *= 2;
+  fast.intra_node.measured_bus_bandwidth_bytes_per_s *= 1.5;
+  for (Collective op : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
+    for (double bytes = 1024; bytes <= kGiB; bytes *= 8) {
+      EXPECT_LE(estimate_collective(fast, op, bytes, {16, 8}).seconds,
+                estimate_collective(slow, op, bytes, {16, 8}).seconds);
+    }
+  }
+}
+
+TEST(CollectiveModel, OneRankCostsNothing) {
+  EXPECT_EQ(estimate_collective(h100(1), Collective::all_reduce, kGiB, {1, 8}).seconds, 0);
+}
+
+}  // namespace
+}  // namespace shardplan
