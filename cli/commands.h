@@ -46,6 +46,17 @@ struct PackParams {
   bool json = false;
 };
 
+struct CollectiveParams {
+  std::string cluster;
+  std::optional<int64_t> nodes;
+  std::optional<int64_t> gpus;
+  std::string op;                // all_gather | reduce_scatter | all_reduce
+  std::string bytes;             // "1GiB", "64M", "4096"
+  std::optional<int64_t> ranks;  // default: every GPU of the job
+  bool sweep = false;            // 1 KiB .. 8 GiB
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -53,6 +64,7 @@ int run_clusters(const ZooParams& params, std::ostream& out);
 int run_describe(const DescribeParams& params, std::ostream& out);
 int run_plan(const PlanParams& params, std::ostream& out);
 int run_pack(const PackParams& params, std::ostream& out);
+int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_version(bool json, std::ostream& out);
 
 }  // namespace shardplan

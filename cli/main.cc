@@ -109,6 +109,27 @@ int main(int argc, char** argv) {
                    "write the placement (CSV with offsets, or plan.json)");
   pack->add_flag("--json", pack_params.json, "machine-readable output");
 
+  shardplan::CollectiveParams collective_params;
+  collective_params.cluster = shardplan::kDefaultCluster;
+  auto* collective = app.add_subcommand(
+      "collective", "predicted time, algbw and busbw of one NCCL collective (nccl-tests style)");
+  collective
+      ->add_option("--cluster", collective_params.cluster, "zoo cluster name or cluster JSON file")
+      ->capture_default_str();
+  collective->add_option("--nodes", collective_params.nodes, "nodes in the job (default 1)")
+      ->check(kPositive);
+  collective->add_option("--gpus", collective_params.gpus, "GPUs in the job, instead of --nodes")
+      ->check(kPositive);
+  collective->add_option("--op", collective_params.op, "all_gather | reduce_scatter | all_reduce")
+      ->required();
+  collective->add_option("--bytes", collective_params.bytes,
+                         "size as nccl-tests counts it: 4096, 64K, 1GiB, 1GB");
+  collective
+      ->add_option("--ranks", collective_params.ranks, "ranks taking part (default: every GPU)")
+      ->check(kPositive);
+  collective->add_flag("--sweep", collective_params.sweep, "a table from 1 KiB to 8 GiB");
+  collective->add_flag("--json", collective_params.json, "machine-readable output");
+
   bool version_json = false;
   auto* version = app.add_subcommand("version", "version and CUDA backend status");
   version->add_flag("--json", version_json, "machine-readable output");
@@ -125,6 +146,7 @@ int main(int argc, char** argv) {
     if (*describe) return shardplan::run_describe(describe_params, std::cout);
     if (*plan) return shardplan::run_plan(plan_params, std::cout);
     if (*pack) return shardplan::run_pack(pack_params, std::cout);
+    if (*collective) return shardplan::run_collective(collective_params, std::cout);
     if (*version) return shardplan::run_version(version_json, std::cout);
   } catch (const shardplan::InputError& error) {
     std::cerr << "shardplan: error: " << error.what() << "\n";

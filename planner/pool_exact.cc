@@ -445,8 +445,9 @@ class ExactAssigner final : public OffsetAssigner {
       // With a node budget the run must not depend on the clock: probes share the nodes
       // and the time limit stays only a safety net.
       const auto probe_deadline =
-          options.node_limit > 0 ? deadline
-                                 : Clock::now() + (deadline - Clock::now()) / (probe == proven_below ? 2 : 3);
+          options.node_limit > 0
+              ? deadline
+              : Clock::now() + (deadline - Clock::now()) / (probe == proven_below ? 2 : 3);
       const Outcome outcome = decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
       if (outcome == Outcome::found) {
         best.offsets = offsets;

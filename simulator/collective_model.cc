@@ -27,7 +27,8 @@ constexpr std::array<double, 3> kProtocolBandwidth = {0.5, 0.92, 1.0};
 // 360 (nccl-tests #212, nccl #1281): 4/3 of the ring's measured bus bandwidth.
 constexpr double kNvlsOverRing = 480.0 / 360.0;
 
-constexpr std::array<NcclProtocol, 3> kProtocols = {NcclProtocol::ll, NcclProtocol::ll128, NcclProtocol::simple};
+constexpr std::array<NcclProtocol, 3> kProtocols = {NcclProtocol::ll, NcclProtocol::ll128,
+                                                    NcclProtocol::simple};
 
 double bus_factor(Collective op, int64_t n) {
   const double ranks = static_cast<double>(n);
@@ -80,12 +81,14 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
   const int64_t nodes = layout.nodes();
   const int64_t per_node = std::min(n, layout.ranks_per_node);
   // A ring that crosses nodes runs at the slower tier.
-  const double ring_busbw = nodes > 1 ? std::min(cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
-                                                 cluster.inter_node.measured_bus_bandwidth_bytes_per_s)
-                                      : cluster.intra_node.measured_bus_bandwidth_bytes_per_s;
+  const double ring_busbw = nodes > 1
+                                ? std::min(cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
+                                           cluster.inter_node.measured_bus_bandwidth_bytes_per_s)
+                                : cluster.intra_node.measured_bus_bandwidth_bytes_per_s;
   const double factor = bus_factor(op, n);
   best.seconds = INFINITY;
-  auto consider = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us, double busbw) {
+  auto consider = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us,
+                      double busbw) {
     const double seconds = latency_us * 1e-6 + bytes * factor / busbw;
     if (seconds < best.seconds) {
       best.seconds = seconds;
@@ -95,7 +98,8 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
       best.protocol = protocol;
     }
   };
-  const double steps = op == Collective::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
+  const double steps =
+      op == Collective::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
   const double net_steps =
       (op == Collective::all_reduce ? 2.0 : 1.0) * static_cast<double>(nodes - 1);
   for (NcclProtocol p : kProtocols) {
@@ -104,8 +108,9 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
         kRingBaseUs[i] + (steps - net_steps) * kRingNvlinkHopUs[i] + net_steps * kRingNetHopUs[i];
     consider(NcclAlgorithm::ring, p, ring_latency, ring_busbw * kProtocolBandwidth[i]);
     if (op == Collective::all_reduce && nodes > 1) {
-      const double tree_latency = kTreeBaseUs[i] + 2.0 * (static_cast<double>(per_node - 1) * kTreeNvlinkHopUs[i] +
-                                                          std::log2(static_cast<double>(nodes)) * kTreeNetHopUs[i]);
+      const double tree_latency =
+          kTreeBaseUs[i] + 2.0 * (static_cast<double>(per_node - 1) * kTreeNvlinkHopUs[i] +
+                                  std::log2(static_cast<double>(nodes)) * kTreeNetHopUs[i]);
       consider(NcclAlgorithm::tree, p, tree_latency, ring_busbw * kProtocolBandwidth[i]);
     }
   }

@@ -31,10 +31,10 @@ struct RankLayout {
 // and reduce-scatter and × 2(n−1)/n for all-reduce.
 struct CollectiveEstimate {
   double seconds = 0;
-  double latency_seconds = 0;          // the size-independent part
+  double latency_seconds = 0;  // the size-independent part
   double algbw_bytes_per_s = 0;
   double busbw_bytes_per_s = 0;
-  double link_bus_bandwidth = 0;       // the bus bandwidth the chosen protocol runs at
+  double link_bus_bandwidth = 0;  // the bus bandwidth the chosen protocol runs at
   NcclAlgorithm algorithm = NcclAlgorithm::ring;
   NcclProtocol protocol = NcclProtocol::simple;
 };

@@ -1,18 +1,21 @@
 // The collective cost model against NCCL's tuning formulas worked out by hand here, and
 // its physical properties.
+#include "simulator/collective_model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "models/cluster_spec.h"
-#include "simulator/collective_model.h"
 
 namespace shardplan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-ClusterSpec h100(int64_t nodes) { return load_cluster("dgx-h100", nodes, std::nullopt); }
+ClusterSpec h100(int64_t nodes) {
+  return load_cluster("dgx-h100", nodes, std::nullopt);
+}
 
 TEST(CollectiveModel, AllGatherInOneNodeWorkedByHand) {
   // 8 ranks, 1 GiB gathered. Ring Simple: 8.4 µs base + 7 NVLink hops × 3.4 µs, at the
@@ -52,11 +55,13 @@ TEST(CollectiveModel, TreeWinsSmallAllReducesAcrossNodes) {
 }
 
 TEST(CollectiveModel, NvlsForLargeAllReducesInANode) {
-  const CollectiveEstimate e = estimate_collective(h100(1), Collective::all_reduce, 8 * kGiB, {8, 8});
+  const CollectiveEstimate e =
+      estimate_collective(h100(1), Collective::all_reduce, 8 * kGiB, {8, 8});
   EXPECT_EQ(e.algorithm, NcclAlgorithm::nvls);
   EXPECT_NEAR(e.busbw_bytes_per_s / 480e9, 1.0, 0.01);  // nccl-tests #212 on 8 × H100
   const ClusterSpec a100 = load_cluster("dgx-a100", 1, std::nullopt);
-  EXPECT_EQ(estimate_collective(a100, Collective::all_reduce, 8 * kGiB, {8, 8}).algorithm, NcclAlgorithm::ring);
+  EXPECT_EQ(estimate_collective(a100, Collective::all_reduce, 8 * kGiB, {8, 8}).algorithm,
+            NcclAlgorithm::ring);
 }
 
 TEST(CollectiveModel, BusBandwidthApproachesTheMeasuredOneAndRisesWithSize) {
@@ -66,14 +71,16 @@ TEST(CollectiveModel, BusBandwidthApproachesTheMeasuredOneAndRisesWithSize) {
     double previous_time = 0;
     double previous_busbw = 0;
     for (double bytes = 1024; bytes <= 8 * kGiB; bytes *= 2) {
-      const CollectiveEstimate e = estimate_collective(c, Collective::reduce_scatter, bytes, layout);
+      const CollectiveEstimate e =
+          estimate_collective(c, Collective::reduce_scatter, bytes, layout);
       EXPECT_GT(e.seconds, previous_time) << name << " " << bytes;
       EXPECT_GE(e.busbw_bytes_per_s, previous_busbw * 0.999) << name << " " << bytes;
       previous_time = e.seconds;
       previous_busbw = e.busbw_bytes_per_s;
     }
     // At 8 GiB the latency (71 hops on the 72-GPU NVL72 ring) is still a few per cent.
-    EXPECT_NEAR(previous_busbw / c.intra_node.measured_bus_bandwidth_bytes_per_s, 1.0, 0.03) << name;
+    EXPECT_NEAR(previous_busbw / c.intra_node.measured_bus_bandwidth_bytes_per_s, 1.0, 0.03)
+        << name;
   }
 }
 
@@ -82,7 +89,8 @@ TEST(CollectiveModel, FasterLinksNeverSlower) {
   ClusterSpec fast = slow;
   fast.inter_node.measured_bus_bandwidth_bytes_per_s *= 2;
   fast.intra_node.measured_bus_bandwidth_bytes_per_s *= 1.5;
-  for (Collective op : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
+  for (Collective op :
+       {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
     for (double bytes = 1024; bytes <= kGiB; bytes *= 8) {
       EXPECT_LE(estimate_collective(fast, op, bytes, {16, 8}).seconds,
                 estimate_collective(slow, op, bytes, {16, 8}).seconds);
