@@ -1,8 +1,7 @@
-#include <cmath>
-
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
@@ -20,28 +19,36 @@ double parse_size(const std::string& text) {
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw InputError("", "--bytes", fmt::format("expected a size such as 4096, 64K, 1GiB; got '{}'", text));
+    throw InputError("", "--bytes",
+                     fmt::format("expected a size such as 4096, 64K, 1GiB; got '{}'", text));
   }
   const std::string unit = text.substr(used);
-  const std::vector<std::pair<std::string, double>> units = {
-      {"", 1},           {"B", 1},          {"K", 1024.0},    {"KiB", 1024.0},  {"KB", 1e3},
-      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},      {"G", 1073741824.0},
-      {"GiB", 1073741824.0}, {"GB", 1e9}};
+  const std::vector<std::pair<std::string, double>> units = {{"", 1},
+                                                             {"B", 1},
+                                                             {"K", 1024.0},
+                                                             {"KiB", 1024.0},
+                                                             {"KB", 1e3},
+                                                             {"M", 1048576.0},
+                                                             {"MiB", 1048576.0},
+                                                             {"MB", 1e6},
+                                                             {"G", 1073741824.0},
+                                                             {"GiB", 1073741824.0},
+                                                             {"GB", 1e9}};
   for (const auto& [name, scale] : units) {
     if (unit == name) {
-      if (!(value > 0) || !std::isfinite(value)) throw InputError("", "--bytes", "must be positive");
+      if (!(value > 0) || !std::isfinite(value))
+        throw InputError("", "--bytes", "must be positive");
       return value * scale;
     }
   }
-  throw InputError("", "--bytes", fmt::format("unknown unit '{}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)", unit));
+  throw InputError(
+      "", "--bytes",
+      fmt::format("unknown unit '{}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)", unit));
 }
 
 Collective parse_op(const std::string& text) {
-  for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
-    if (collective_name(c) == text) return c;
-  }
-  const std::vector<std::string> valid = {"all_gather", "reduce_scatter", "all_reduce"};
-  throw InputError("", "--op", unknown_name_message("collective", text, valid));
+  if (auto op = parse_collective(text)) return *op;
+  throw InputError("", "--op", unknown_name_message("collective", text, collective_names()));
 }
 
 nlohmann::json row_json(double bytes, const CollectiveEstimate& e) {
@@ -55,8 +62,11 @@ nlohmann::json row_json(double bytes, const CollectiveEstimate& e) {
 }
 
 std::vector<std::string> row_text(double bytes, const CollectiveEstimate& e) {
-  return {fmt::format("{:.0f}", bytes), format_bytes(bytes), fmt::format("{:.2f}", e.seconds * 1e6),
-          fmt::format("{:.2f}", e.algbw_bytes_per_s / 1e9), fmt::format("{:.2f}", e.busbw_bytes_per_s / 1e9),
+  return {fmt::format("{:.0f}", bytes),
+          format_bytes(bytes),
+          fmt::format("{:.2f}", e.seconds * 1e6),
+          fmt::format("{:.2f}", e.algbw_bytes_per_s / 1e9),
+          fmt::format("{:.2f}", e.busbw_bytes_per_s / 1e9),
           fmt::format("{}/{}", nccl_algorithm_name(e.algorithm), nccl_protocol_name(e.protocol))};
 }
 
@@ -69,7 +79,8 @@ int run_collective(const CollectiveParams& p, std::ostream& out) {
   if (ranks <= 0) throw InputError("", "--ranks", "must be positive");
   if (ranks > cluster.num_gpus) {
     throw InputError("", "--ranks",
-                     fmt::format("{} ranks exceed the {} GPUs of the job (use --nodes)", ranks, cluster.num_gpus));
+                     fmt::format("{} ranks exceed the {} GPUs of the job (use --nodes)", ranks,
+                                 cluster.num_gpus));
   }
   const RankLayout layout{ranks, cluster.gpus_per_node};
   std::vector<double> sizes;
@@ -96,10 +107,12 @@ int run_collective(const CollectiveParams& p, std::ostream& out) {
         << "\n";
     return 0;
   }
-  out << fmt::format("{} over {} ranks of {} ({} node{}), predicted (nccl-tests conventions):\n", collective_name(op),
-                     ranks, cluster.name, layout.nodes(), layout.nodes() == 1 ? "" : "s");
-  out << render_table({"size (B)", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"}, table,
-                      {0, 1, 2, 3, 4});
+  out << fmt::format("{} over {} ranks of {} ({} node{}), predicted (nccl-tests conventions):\n",
+                     collective_name(op), ranks, cluster.name, layout.nodes(),
+                     layout.nodes() == 1 ? "" : "s");
+  out << render_table(
+      {"size (B)", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"}, table,
+      {0, 1, 2, 3, 4});
   return 0;
 }
 

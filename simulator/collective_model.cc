@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 
+#include "models/name_table.h"
+
 namespace shardplan {
 namespace {
 
@@ -35,42 +37,31 @@ double bus_factor(Collective op, int64_t n) {
   return op == Collective::all_reduce ? 2.0 * (ranks - 1.0) / ranks : (ranks - 1.0) / ranks;
 }
 
+constexpr NameTable<Collective, 3> kCollectiveNames = {
+    {{Collective::all_gather, "all_gather"},
+     {Collective::reduce_scatter, "reduce_scatter"},
+     {Collective::all_reduce, "all_reduce"}}};
+constexpr NameTable<NcclAlgorithm, 3> kAlgorithmNames = {
+    {{NcclAlgorithm::ring, "ring"}, {NcclAlgorithm::tree, "tree"}, {NcclAlgorithm::nvls, "nvls"}}};
+constexpr NameTable<NcclProtocol, 3> kProtocolNames = {
+    {{NcclProtocol::ll, "LL"}, {NcclProtocol::ll128, "LL128"}, {NcclProtocol::simple, "Simple"}}};
+
 }  // namespace
 
 std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_gather:
-      return "all_gather";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::all_reduce:
-      return "all_reduce";
-  }
-  return "?";
+  return name_of(kCollectiveNames, c);
 }
-
+std::optional<Collective> parse_collective(std::string_view text) {
+  return value_of(kCollectiveNames, text);
+}
+std::vector<std::string> collective_names() {
+  return names_of(kCollectiveNames);
+}
 std::string_view nccl_algorithm_name(NcclAlgorithm a) {
-  switch (a) {
-    case NcclAlgorithm::ring:
-      return "ring";
-    case NcclAlgorithm::tree:
-      return "tree";
-    case NcclAlgorithm::nvls:
-      return "nvls";
-  }
-  return "?";
+  return name_of(kAlgorithmNames, a);
 }
-
 std::string_view nccl_protocol_name(NcclProtocol p) {
-  switch (p) {
-    case NcclProtocol::ll:
-      return "LL";
-    case NcclProtocol::ll128:
-      return "LL128";
-    case NcclProtocol::simple:
-      return "Simple";
-  }
-  return "?";
+  return name_of(kProtocolNames, p);
 }
 
 CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/cluster_spec.h"
 
@@ -13,6 +15,8 @@ enum class NcclAlgorithm { ring, tree, nvls };
 enum class NcclProtocol { ll, ll128, simple };
 
 std::string_view collective_name(Collective c);
+std::optional<Collective> parse_collective(std::string_view text);
+std::vector<std::string> collective_names();
 std::string_view nccl_algorithm_name(NcclAlgorithm a);
 std::string_view nccl_protocol_name(NcclProtocol p);
 

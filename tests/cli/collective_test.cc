@@ -10,7 +10,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(CollectiveCommand, OneSizeMatchesTheHandWorkedRing) {
-  const CommandResult r = run_shardplan({"collective", "--op", "all_gather", "--bytes", "1GiB", "--json"});
+  const CommandResult r =
+      run_shardplan({"collective", "--op", "all_gather", "--bytes", "1GiB", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = stdout_json(r);
   EXPECT_EQ(j["ranks"], 8);
@@ -21,12 +22,13 @@ TEST(CollectiveCommand, OneSizeMatchesTheHandWorkedRing) {
   EXPECT_NEAR(row["seconds"].get<double>(), (8.4 + 7 * 3.4) * 1e-6 + bytes * 7 / 8 / 360e9, 1e-12);
   EXPECT_EQ(row["algorithm"], "ring");
   EXPECT_EQ(row["protocol"], "Simple");
-  EXPECT_NEAR(row["busbw_bytes_per_s"].get<double>(), row["algbw_bytes_per_s"].get<double>() * 7 / 8, 1.0);
+  EXPECT_NEAR(row["busbw_bytes_per_s"].get<double>(),
+              row["algbw_bytes_per_s"].get<double>() * 7 / 8, 1.0);
 }
 
 TEST(CollectiveCommand, SweepCoversOneKibToEightGib) {
-  const CommandResult r =
-      run_shardplan({"collective", "--op", "all_reduce", "--nodes", "2", "--ranks", "16", "--sweep", "--json"});
+  const CommandResult r = run_shardplan(
+      {"collective", "--op", "all_reduce", "--nodes", "2", "--ranks", "16", "--sweep", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = stdout_json(r);
   ASSERT_EQ(j["results"].size(), 24u);
@@ -40,7 +42,8 @@ TEST(CollectiveCommand, SweepCoversOneKibToEightGib) {
 
 TEST(CollectiveCommand, SizeUnits) {
   const auto seconds = [](const std::string& size) {
-    const CommandResult r = run_shardplan({"collective", "--op", "reduce_scatter", "--bytes", size, "--json"});
+    const CommandResult r =
+        run_shardplan({"collective", "--op", "reduce_scatter", "--bytes", size, "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return stdout_json(r)["results"][0]["bytes"].get<double>();
   };
@@ -70,14 +73,19 @@ TEST_P(CollectiveRejects, ExitsOne) {
 
 INSTANTIATE_TEST_SUITE_P(
     Collective, CollectiveRejects,
-    ::testing::Values(BadCollective{"op", {"--op", "all_to_all", "--bytes", "1K"}, "unknown collective 'all_to_all'"},
-                      BadCollective{"unit", {"--op", "all_reduce", "--bytes", "3 parsecs"}, "--bytes: unknown unit"},
-                      BadCollective{"size", {"--op", "all_reduce", "--bytes", "-5"}, "--bytes: must be positive"},
-                      BadCollective{"missing_size", {"--op", "all_reduce"}, "--bytes: give a size, or --sweep"},
-                      BadCollective{"too_many_ranks", {"--op", "all_reduce", "--bytes", "1K", "--ranks", "9"},
-                                    "9 ranks exceed the 8 GPUs"},
-                      BadCollective{"cluster", {"--op", "all_reduce", "--bytes", "1K", "--cluster", "dgx-h1000"},
-                                    "did you mean 'dgx-h100'"}),
+    ::testing::Values(
+        BadCollective{
+            "op", {"--op", "all_to_all", "--bytes", "1K"}, "unknown collective 'all_to_all'"},
+        BadCollective{
+            "unit", {"--op", "all_reduce", "--bytes", "3 parsecs"}, "--bytes: unknown unit"},
+        BadCollective{"size", {"--op", "all_reduce", "--bytes", "-5"}, "--bytes: must be positive"},
+        BadCollective{"missing_size", {"--op", "all_reduce"}, "--bytes: give a size, or --sweep"},
+        BadCollective{"too_many_ranks",
+                      {"--op", "all_reduce", "--bytes", "1K", "--ranks", "9"},
+                      "9 ranks exceed the 8 GPUs"},
+        BadCollective{"cluster",
+                      {"--op", "all_reduce", "--bytes", "1K", "--cluster", "dgx-h1000"},
+                      "did you mean 'dgx-h100'"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 }  // namespace
