@@ -8,6 +8,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/suggest.h"
+#include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/plan_validator.h"
 #include "planner/pool.h"
@@ -43,19 +44,13 @@ int run_pack(const PackParams& p, std::ostream& out) {
   const bool is_plan = p.input.ends_with(".json");
   PoolTable table;
   Plan plan;
-  std::vector<std::size_t> plan_index;  // request -> buffer
   if (is_plan) {
     plan = plan_from_json(read_json_file(p.input), p.input);
     if (auto error = validate_plan(plan)) {
       throw InputError(p.input, std::string(plan_error_kind_name(error->kind)),
                        "invalid plan: " + error->message);
     }
-    for (std::size_t i = 0; i < plan.buffers.size(); ++i) {
-      const PlanBuffer& b = plan.buffers[i];
-      if (b.persistent) continue;
-      table.requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
-      plan_index.push_back(i);
-    }
+    table.requests = transient_pool_requests(plan);
   } else {
     table = read_pool_csv(p.input);
   }
@@ -75,12 +70,7 @@ int run_pack(const PackParams& p, std::ostream& out) {
     }
   }
   if (is_plan && solved) {
-    for (std::size_t k = 0; k < plan_index.size(); ++k)
-      plan.buffers[plan_index[k]].offset = result.offsets[k];
-    plan.pool.algorithm = std::string(assigner->name());
-    plan.pool.alignment_bytes = p.alignment;
-    plan.pool.size_bytes = result.size_bytes;
-    plan.pool.lower_bound_bytes = lower_bound;
+    apply_pool_assignment(plan, result, assigner->name(), p.alignment);
     if (auto error = validate_plan(plan)) {
       throw std::logic_error("the re-packed plan does not validate: " + error->message);
     }

@@ -131,15 +131,8 @@ void build_schedule(Plan& plan) {
 
   // Layer units in forward order (every unit but the root owns exactly one segment).
   std::vector<int64_t> layers;
-  std::vector<int64_t> segment_of_unit(num_units, -1);
-  std::vector<int64_t> root_segments;
   for (const PlanSegment& seg : plan.segments) {
-    if (seg.unit == 0) {
-      root_segments.push_back(seg.id);
-    } else {
-      layers.push_back(seg.unit);
-      segment_of_unit[static_cast<std::size_t>(seg.unit)] = seg.id;
-    }
+    if (seg.unit != 0) layers.push_back(seg.unit);
   }
   // Double buffering: layer units alternate between two persistent buffers per role.
   const bool double_buffered = c.double_buffer && !double_buffers.empty();
@@ -151,8 +144,7 @@ void build_schedule(Plan& plan) {
   std::vector<int64_t> next_start_deps;
   for (int64_t mb = 0; mb < c.grad_accum; ++mb) {
     const bool reduce_now = s.shard_grads || mb == last_mb;
-    std::vector<int64_t> fwd_op(num_units, -1), bwd_op(num_units, -1), ag_fwd(num_units, -1),
-        ag_bwd(num_units, -1), rs_op(num_units, -1);
+    std::vector<int64_t> ag_fwd(num_units, -1), ag_bwd(num_units, -1), rs_op(num_units, -1);
     std::vector<int64_t> unsharded_fwd(num_units, -1), unsharded_bwd(num_units, -1),
         unsharded_grad(num_units, -1), transpose_cache(num_units, -1);
 
@@ -234,7 +226,6 @@ void build_schedule(Plan& plan) {
                                     .deps = std::move(deps),
                                     .reads = std::move(reads),
                                     .writes = std::move(writes)});
-      fwd_op[u] = last_forward;
       if (seg.unit != 0) {
         const int64_t next = layer_index + kf + 1;
         if (s.shard_params && next < num_layers) {
@@ -314,7 +305,6 @@ void build_schedule(Plan& plan) {
         const int64_t recomputed = emit.transient(
             BufferRole::recompute_activations, seg.unit, -1, mb, c.param_dtype,
             seg.full_activation_bytes, fmt::format("recompute_activations {} mb{}", seg.label, mb));
-        std::vector<int64_t> recompute_reads = reads;
         const int64_t rc = emit.op(PlanOp{.stream = Stream::compute,
                                           .kind = OpKind::recompute,
                                           .unit = seg.unit,
@@ -324,7 +314,7 @@ void build_schedule(Plan& plan) {
                                           .bytes = seg.io_bytes,
                                           .flops = seg.forward_flops,
                                           .deps = deps,
-                                          .reads = std::move(recompute_reads),
+                                          .reads = reads,
                                           .writes = {recomputed}});
         deps.push_back(rc);
         reads.push_back(recomputed);
@@ -360,7 +350,6 @@ void build_schedule(Plan& plan) {
                                      .deps = std::move(deps),
                                      .reads = std::move(reads),
                                      .writes = std::move(writes)});
-      bwd_op[u] = last_backward;
       if (layer) {
         const int64_t next = backward_index + kb + 1;
         if (s.shard_params && next < num_layers) {

@@ -46,12 +46,10 @@ void pack_plan(benchmark::State& state, const char* model, int64_t nodes,
       shardplan::fsdp_config_from_json({{"grad_accum", 4}, {"seq_len", 4096}}, "bench"), spec,
       cluster, "bench");
   const auto assigner = shardplan::make_offset_assigner(algorithm);
-  const shardplan::Plan plan = shardplan::build_plan(spec, cluster, config, assigner.get());
-  std::vector<shardplan::PoolRequest> requests;
-  for (const auto& b : plan.buffers) {
-    if (!b.persistent)
-      requests.push_back({.bytes = b.bytes, .begin = b.live_begin, .end = b.live_end});
-  }
+  // Only the plan's live intervals matter here; its own pool is packed by the cheap rule.
+  const auto slots = shardplan::make_slots_assigner();
+  const shardplan::Plan plan = shardplan::build_plan(spec, cluster, config, slots.get());
+  const std::vector<shardplan::PoolRequest> requests = shardplan::transient_pool_requests(plan);
   shardplan::PoolAssignment result;
   for (auto _ : state)
     result = assigner->assign(requests, {.alignment = 256, .time_limit_seconds = 10});
