@@ -3,8 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <vector>
+
+#include "planner/pool.h"
 
 namespace shardplan {
 
@@ -128,49 +129,21 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     transient.push_back(&b);
   }
 
-  // Sweep over time, keeping the live buffers ordered by offset: a valid plan's live
-  // buffers are disjoint, so a newcomer need only be checked against its neighbours.
-  std::sort(transient.begin(), transient.end(), [](const PlanBuffer* a, const PlanBuffer* b) {
-    return a->live_begin != b->live_begin ? a->live_begin < b->live_begin : a->id < b->id;
-  });
-  std::multimap<int64_t, const PlanBuffer*> live_by_offset;
-  std::multimap<int64_t, const PlanBuffer*> live_by_end;
-  auto overlap = [](const PlanBuffer* a, const PlanBuffer* b) {
-    return a->bytes > 0 && b->bytes > 0 && a->offset < b->offset + b->bytes &&
-           b->offset < a->offset + a->bytes;
-  };
-  auto report = [](const PlanBuffer* a, const PlanBuffer* b) {
+  std::vector<PoolRequest> requests;
+  std::vector<int64_t> offsets;
+  for (const PlanBuffer* b : transient) {
+    requests.push_back({.bytes = b->bytes, .begin = b->live_begin, .end = b->live_end});
+    offsets.push_back(b->offset);
+  }
+  if (auto pair = find_overlap(requests, offsets)) {
+    const PlanBuffer* a = transient[pair->first];
+    const PlanBuffer* b = transient[pair->second];
     return PlanError{
         PlanErrorKind::overlapping_buffers,
         fmt::format("buffers {} '{}' [{}, {}) and {} '{}' [{}, {}) share bytes while both are live "
                     "(ops [{}, {}) and [{}, {}))",
                     a->id, a->name, a->offset, a->offset + a->bytes, b->id, b->name, b->offset,
                     b->offset + b->bytes, a->live_begin, a->live_end, b->live_begin, b->live_end)};
-  };
-  for (const PlanBuffer* b : transient) {
-    while (!live_by_end.empty() && live_by_end.begin()->first <= b->live_begin) {
-      const PlanBuffer* done = live_by_end.begin()->second;
-      live_by_end.erase(live_by_end.begin());
-      auto range = live_by_offset.equal_range(done->offset);
-      for (auto it = range.first; it != range.second; ++it) {
-        if (it->second == done) {
-          live_by_offset.erase(it);
-          break;
-        }
-      }
-    }
-    auto next = live_by_offset.lower_bound(b->offset);
-    // Every buffer starting at or after b's offset up to its end, and the one before.
-    for (auto it = next;
-         it != live_by_offset.end() && it->first < b->offset + std::max<int64_t>(b->bytes, 1);
-         ++it) {
-      if (overlap(it->second, b)) return report(it->second, b);
-    }
-    if (next != live_by_offset.begin() && overlap(std::prev(next)->second, b)) {
-      return report(std::prev(next)->second, b);
-    }
-    live_by_offset.emplace(b->offset, b);
-    live_by_end.emplace(b->live_end, b);
   }
 
   if (plan.pool.size_bytes < plan.pool.lower_bound_bytes) {

@@ -31,24 +31,11 @@ PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capac
                                                      : PackStatus::not_found;
 }
 
-std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
-                                         const std::vector<int64_t>& offsets, int64_t size_bytes,
-                                         int64_t default_alignment) {
-  if (offsets.size() != requests.size()) {
-    return fmt::format("{} offsets for {} buffers", offsets.size(), requests.size());
-  }
+std::optional<std::pair<std::size_t, std::size_t>> find_overlap(
+    const std::vector<PoolRequest>& requests, const std::vector<int64_t>& offsets) {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    const PoolRequest& r = requests[i];
-    const int64_t alignment = r.alignment > 0 ? r.alignment : default_alignment;
-    if (offsets[i] < 0 || (alignment > 0 && offsets[i] % alignment != 0)) {
-      return fmt::format("buffer {} at offset {} is not aligned to {}", i, offsets[i], alignment);
-    }
-    if (offsets[i] + r.bytes > size_bytes) {
-      return fmt::format("buffer {} ends at {}, past the pool of {}", i, offsets[i] + r.bytes,
-                         size_bytes);
-    }
-    if (r.bytes > 0 && r.begin < r.end) order.push_back(i);
+    if (requests[i].bytes > 0 && requests[i].begin < requests[i].end) order.push_back(i);
   }
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return requests[a].begin != requests[b].begin ? requests[a].begin < requests[b].begin : a < b;
@@ -60,14 +47,6 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
   auto overlaps = [&](std::size_t a, std::size_t b) {
     return offsets[a] < offsets[b] + requests[b].bytes &&
            offsets[b] < offsets[a] + requests[a].bytes;
-  };
-  auto report = [&](std::size_t a, std::size_t b) {
-    return fmt::format(
-        "buffers {} [{}, {}) and {} [{}, {}) share bytes while both are live (times [{}, {}) and "
-        "[{}, {}))",
-        a, offsets[a], offsets[a] + requests[a].bytes, b, offsets[b],
-        offsets[b] + requests[b].bytes, requests[a].begin, requests[a].end, requests[b].begin,
-        requests[b].end);
   };
   for (std::size_t i : order) {
     while (!live_by_end.empty() && live_by_end.begin()->first <= requests[i].begin) {
@@ -83,13 +62,42 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
     auto next = live_by_offset.lower_bound(offsets[i]);
     for (auto it = next; it != live_by_offset.end() && it->first < offsets[i] + requests[i].bytes;
          ++it) {
-      if (overlaps(it->second, i)) return report(it->second, i);
+      if (overlaps(it->second, i)) return std::pair{it->second, i};
     }
     if (next != live_by_offset.begin() && overlaps(std::prev(next)->second, i)) {
-      return report(std::prev(next)->second, i);
+      return std::pair{std::prev(next)->second, i};
     }
     live_by_offset.emplace(offsets[i], i);
     live_by_end.emplace(requests[i].end, i);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
+                                         const std::vector<int64_t>& offsets, int64_t size_bytes,
+                                         int64_t default_alignment) {
+  if (offsets.size() != requests.size()) {
+    return fmt::format("{} offsets for {} buffers", offsets.size(), requests.size());
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const PoolRequest& r = requests[i];
+    const int64_t alignment = r.alignment > 0 ? r.alignment : default_alignment;
+    if (offsets[i] < 0 || (alignment > 0 && offsets[i] % alignment != 0)) {
+      return fmt::format("buffer {} at offset {} is not aligned to {}", i, offsets[i], alignment);
+    }
+    if (offsets[i] + r.bytes > size_bytes) {
+      return fmt::format("buffer {} ends at {}, past the pool of {}", i, offsets[i] + r.bytes,
+                         size_bytes);
+    }
+  }
+  if (auto pair = find_overlap(requests, offsets)) {
+    const auto [a, b] = *pair;
+    return fmt::format(
+        "buffers {} [{}, {}) and {} [{}, {}) share bytes while both are live (times [{}, {}) and "
+        "[{}, {}))",
+        a, offsets[a], offsets[a] + requests[a].bytes, b, offsets[b],
+        offsets[b] + requests[b].bytes, requests[a].begin, requests[a].end, requests[b].begin,
+        requests[b].end);
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardplan {
@@ -87,6 +88,11 @@ int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests);
 // What to report when a heuristic's pool exceeds `capacity`: infeasible when even the
 // lower bound does, else not found.
 PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capacity);
+
+// The first two requests, by index, that are live at a common time and share a byte at
+// `offsets` (half-open lifetimes; zero-byte requests take no space).
+std::optional<std::pair<std::size_t, std::size_t>> find_overlap(
+    const std::vector<PoolRequest>& requests, const std::vector<int64_t>& offsets);
 
 // Checks a placement: one aligned offset per request, inside `size_bytes`, no two
 // buffers live at once sharing a byte. Returns the reason it is wrong, naming the
