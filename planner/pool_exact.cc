@@ -475,31 +475,10 @@ class ExactAssigner final : public OffsetAssigner {
   }
 };
 
-class AutoAssigner final : public OffsetAssigner {
- public:
-  std::string_view name() const override { return "auto"; }
-
-  PoolAssignment assign(const std::vector<PoolRequest>& requests,
-                        const PackOptions& options) const override {
-    // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans.
-    PoolAssignment slots = make_slots_assigner()->assign(requests, options);
-    if (slots.proven_optimal && slots.status == PackStatus::solved) return slots;
-    PoolAssignment greedy = make_best_fit_assigner()->assign(requests, options);
-    if (greedy.status == PackStatus::infeasible) return greedy;
-    if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
-    PoolAssignment exact = make_exact_assigner()->assign(requests, options);
-    return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact
-                                                                                       : greedy;
-  }
-};
-
 }  // namespace
 
 std::unique_ptr<OffsetAssigner> make_exact_assigner() {
   return std::make_unique<ExactAssigner>();
-}
-std::unique_ptr<OffsetAssigner> make_auto_assigner() {
-  return std::make_unique<AutoAssigner>();
 }
 
 }  // namespace shardplan

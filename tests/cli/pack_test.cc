@@ -80,6 +80,29 @@ TEST(PackCommand, RepacksAPlan) {
   EXPECT_EQ(out["pool"]["size_bytes"], j["height"]);
 }
 
+TEST(PackCommand, RefusesAnInconsistentPlan) {
+  const std::string plan = write_temp_file("broken_plan.json", "");
+  ASSERT_EQ(run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "-o", plan}).exit_code, 0);
+  nlohmann::json j = nlohmann::json::parse(slurp(plan));
+  // Put a transient buffer past the end of the pool.
+  for (auto& b : j["buffers"]) {
+    if (!b["persistent"].get<bool>()) {
+      b["offset"] = j["pool"]["size_bytes"];
+      break;
+    }
+  }
+  const std::string broken = write_temp_file("broken_plan2.json", j.dump());
+  const CommandResult r = run_shardplan({"pack", "--input", broken});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr(broken + ": outside_pool: invalid plan:"));
+}
+
+TEST(PackCommand, RejectsANonPositiveTimeLimit) {
+  const CommandResult r = run_shardplan({"pack", "--input", kExample, "--time-limit", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("--time-limit: must be positive"));
+}
+
 struct BadPack {
   const char* name;
   std::string csv;
