@@ -59,10 +59,11 @@ class OffsetAssigner {
 // the pool is the sum of the slots.
 std::unique_ptr<OffsetAssigner> make_slots_assigner();
 
-// Greedy best fit by decreasing size (TFLite's GreedyBySize) and by decreasing duration
-// (XLA's GlobalDecreasingSizeBestFit tries both), keeping the lower: each buffer goes
-// into the smallest gap between time-overlapping placed buffers that holds it, else on
-// top. Overlaps come from a segment tree over start times, O(k log n) per buffer.
+// Greedy best fit: each buffer into the smallest gap between time-overlapping placed
+// buffers that holds it, else on top, over three orders — decreasing breadth (most bytes
+// live during the buffer's lifetime; TFLite's GreedyByBreadth), decreasing size
+// (GreedyBySize) and decreasing lifetime (XLA's second order) — keeping the lowest.
+// Overlaps come from a segment tree over start times, O(k log n) per buffer.
 std::unique_ptr<OffsetAssigner> make_best_fit_assigner();
 
 // Complete branch and bound in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): decides

@@ -273,6 +273,7 @@ class Search {
       if (offset_[o] >= 0 || min_offset_[o] >= top) continue;
       offset_changes_.push_back({j, min_offset_[o]});
       min_offset_[o] = round_up(top, in_.alignment[o]);
+      if (touched.size() > kMaxFloorSections) continue;
       for (int64_t s = in_.section_lo[o]; s < in_.section_hi[o]; ++s) {
         if (section_stamp_[static_cast<std::size_t>(s)] != stamp_) {
           section_stamp_[static_cast<std::size_t>(s)] = stamp_;
@@ -429,39 +430,42 @@ class ExactAssigner final : public OffsetAssigner {
     best.status = PackStatus::solved;
     // Feasibility is monotone in the capacity: probe the lower bound first (tight
     // instances end there), then bisect between what is known to fit and what is not.
-    // A probe that runs out of budget proves nothing but still moves the search up.
+    // A probe that runs out of budget proves nothing; the bisection moves up past it, and
+    // when it runs out of room a new pass starts again from the proven bound with twice
+    // the time per probe, so a long limit is spent on the hard capacities, not lost on
+    // one. With a node budget the run must not depend on the clock: one pass, the probes
+    // share the nodes and the time limit stays only a safety net.
     int64_t proven_below = live_bytes_lower_bound(requests);  // nothing smaller fits
-    int64_t lo = proven_below;
     int64_t hi = best.size_bytes - 1;
     if (options.capacity) hi = std::min(hi, *options.capacity);
     int64_t nodes = 0;
     std::vector<int64_t> offsets(requests.size(), 0);
-    bool first = true;
-    while (lo <= hi && Clock::now() < deadline) {
-      const int64_t probe = first ? lo : lo + (hi - lo) / 2;
-      first = false;
-      // Most instances fit at the lower bound, so it gets half the budget; later probes a
-      // third of what is left, so the bisection keeps moving.
-      // With a node budget the run must not depend on the clock: probes share the nodes
-      // and the time limit stays only a safety net.
-      const auto probe_deadline =
-          options.node_limit > 0
-              ? deadline
-              : Clock::now() + (deadline - Clock::now()) / (probe == proven_below ? 2 : 3);
-      const Outcome outcome = decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
-      if (outcome == Outcome::found) {
-        best.offsets = offsets;
-        best.size_bytes = 0;
-        for (std::size_t i = 0; i < requests.size(); ++i) {
-          best.size_bytes = std::max(best.size_bytes, offsets[i] + requests[i].bytes);
+    const bool by_nodes = options.node_limit > 0;
+    auto probe_time = (deadline - start) / 8;
+    for (int pass = 0; proven_below <= hi && Clock::now() < deadline; ++pass) {
+      if (by_nodes && pass > 0) break;
+      int64_t lo = proven_below;
+      for (bool first = true; lo <= hi && Clock::now() < deadline; first = false) {
+        const int64_t probe = first ? lo : lo + (hi - lo) / 2;
+        // Most instances fit at the lower bound: it gets twice the time of the others.
+        const auto probe_deadline =
+            by_nodes ? deadline : std::min(deadline, Clock::now() + (first ? 2 : 1) * probe_time);
+        const Outcome outcome =
+            decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
+        if (outcome == Outcome::found) {
+          best.offsets = offsets;
+          best.size_bytes = 0;
+          for (std::size_t i = 0; i < requests.size(); ++i)
+            best.size_bytes = std::max(best.size_bytes, offsets[i] + requests[i].bytes);
+          hi = best.size_bytes - 1;
+        } else {
+          // Infeasible at `probe` means infeasible at every smaller capacity too.
+          if (outcome == Outcome::exhausted) proven_below = std::max(proven_below, probe + 1);
+          lo = probe + 1;
         }
-        hi = best.size_bytes - 1;
-      } else {
-        // Infeasible at `probe` means infeasible at every smaller capacity too.
-        if (outcome == Outcome::exhausted) proven_below = std::max(proven_below, probe + 1);
-        lo = probe + 1;
+        if (by_nodes && nodes >= options.node_limit) break;
       }
-      if (options.node_limit > 0 && nodes >= options.node_limit) break;
+      probe_time *= 2;
     }
     const bool lo_proven = proven_below >= best.size_bytes;
     best.nodes = nodes;
