@@ -67,6 +67,27 @@ double backward_flops(const Module& module, const BatchShape& shape) {
   });
 }
 
+double forward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return m.cost.kind == kind ? own_forward_flops(m, shape, true) * tokens_of(shape) * s : 0.0;
+  });
+}
+
+double backward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return m.cost.kind == kind
+               ? own_forward_flops(m, shape, true) * m.cost.bwd_flops_factor * tokens_of(shape) * s
+               : 0.0;
+  });
+}
+
+double selective_recompute_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return m.cost.selective_recompute ? own_forward_flops(m, shape, true) * tokens_of(shape) * s
+                                      : 0.0;
+  });
+}
+
 double model_training_flops(const Module& module, const BatchShape& shape) {
   return sum_tree(module, 1.0, [&](const Module& m, double s) {
     return 3.0 * own_forward_flops(m, shape, false) * tokens_of(shape) * s;

@@ -29,6 +29,11 @@ struct BatchShape {
 double forward_flops(const Module& module, const BatchShape& shape);
 // FLOPs the backward executes (per-module factor: 2× for matmuls, 2.5× for flash attention).
 double backward_flops(const Module& module, const BatchShape& shape);
+// The parts of forward_flops / backward_flops that modules of `kind` execute.
+double forward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
+double backward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
+// Forward FLOPs of the modules re-run inside backward under selective recompute.
+double selective_recompute_flops(const Module& module, const BatchShape& shape);
 // Model FLOPs of one training pass in the PaLM/Megatron convention used for MFU: 3× the
 // forward, no causal discount, no recompute (PaLM, Chowdhery et al. 2022, App. B).
 double model_training_flops(const Module& module, const BatchShape& shape);

@@ -12,7 +12,7 @@
 namespace shardplan {
 
 // plan.json schema version; bump on any incompatible change (docs/formats.md).
-inline constexpr int kPlanVersion = 1;
+inline constexpr int kPlanVersion = 2;
 
 enum class Stream { compute, ag, rs, outer };
 enum class OpKind {
@@ -85,8 +85,10 @@ struct PlanSegment {
   int64_t unit = 0;
   std::string label;  // module names joined by '+'
   std::vector<std::string> modules;
-  double forward_flops = 0;     // one micro-batch
-  double backward_flops = 0;    // one micro-batch
+  double forward_flops = 0;             // one micro-batch
+  double backward_flops = 0;            // one micro-batch; with selective recompute, the re-run too
+  double forward_attention_flops = 0;   // the part of forward_flops run by attention kernels
+  double backward_attention_flops = 0;  // the part of backward_flops run by attention kernels
   double io_bytes = 0;          // activation bytes read + written by memory-bound work (forward)
   double activation_bytes = 0;  // saved for backward under the config's recompute
   double full_activation_bytes = 0;  // saved without recompute (re-created under full)
@@ -121,6 +123,7 @@ struct PlanOp {
   std::string name;          // "ag_fwd layers.0 mb0"
   double bytes = 0;  // collectives: message size as nccl-tests counts it; compute: HBM traffic
   double flops = 0;
+  double attention_flops = 0;  // the part of `flops` run by attention kernels
   CommGroup group = CommGroup::none;
   int64_t group_ranks = 1;
   std::vector<int64_t> deps;    // ops that must finish first (ids below this op's)

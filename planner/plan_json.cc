@@ -54,6 +54,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"modules", s.modules},
                         {"forward_flops", s.forward_flops},
                         {"backward_flops", s.backward_flops},
+                        {"forward_attention_flops", s.forward_attention_flops},
+                        {"backward_attention_flops", s.backward_attention_flops},
                         {"io_bytes", s.io_bytes},
                         {"activation_bytes", s.activation_bytes},
                         {"full_activation_bytes", s.full_activation_bytes},
@@ -88,6 +90,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                    {"micro_batch", o.micro_batch},
                    {"bytes", o.bytes},
                    {"flops", o.flops},
+                   {"attention_flops", o.attention_flops},
                    {"group", comm_group_name(o.group)},
                    {"group_ranks", o.group_ranks},
                    {"deps", ids(o.deps)},
@@ -161,7 +164,8 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                    .parameters = g.strings("parameters")});
   }
   for (const JsonReader& s : r.objects("segments")) {
-    s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops", "io_bytes",
+    s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
+                   "forward_attention_flops", "backward_attention_flops", "io_bytes",
                    "activation_bytes", "full_activation_bytes", "checkpointed"});
     plan.segments.push_back(
         PlanSegment{.id = s.integer("id"),
@@ -170,6 +174,8 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                     .modules = s.strings("modules"),
                     .forward_flops = s.non_negative_number("forward_flops"),
                     .backward_flops = s.non_negative_number("backward_flops"),
+                    .forward_attention_flops = s.non_negative_number("forward_attention_flops"),
+                    .backward_attention_flops = s.non_negative_number("backward_attention_flops"),
                     .io_bytes = s.non_negative_number("io_bytes"),
                     .activation_bytes = s.non_negative_number("activation_bytes"),
                     .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
@@ -200,7 +206,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes",
-                   "flops", "group", "group_ranks", "deps", "reads", "writes"});
+                   "flops", "attention_flops", "group", "group_ranks", "deps", "reads", "writes"});
     plan.ops.push_back(
         PlanOp{.id = o.integer("id"),
                .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
@@ -211,12 +217,15 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                .name = o.string("name"),
                .bytes = o.non_negative_number("bytes"),
                .flops = o.non_negative_number("flops"),
+               .attention_flops = o.non_negative_number("attention_flops"),
                .group = parse_named<CommGroup>(o, "group", parse_comm_group, comm_group_names,
                                                "communication group"),
                .group_ranks = o.positive_integer("group_ranks"),
                .deps = o.integers("deps"),
                .reads = o.integers("reads"),
                .writes = o.integers("writes")});
+    if (plan.ops.back().attention_flops > plan.ops.back().flops)
+      o.fail("attention_flops", "exceeds the op's flops");
   }
   return plan;
 }

@@ -223,6 +223,7 @@ void build_schedule(Plan& plan) {
                                     .name = fmt::format("fwd {} mb{}", seg.label, mb),
                                     .bytes = seg.io_bytes,
                                     .flops = seg.forward_flops,
+                                    .attention_flops = seg.forward_attention_flops,
                                     .deps = std::move(deps),
                                     .reads = std::move(reads),
                                     .writes = std::move(writes)});
@@ -313,6 +314,7 @@ void build_schedule(Plan& plan) {
                                           .name = fmt::format("recompute {} mb{}", seg.label, mb),
                                           .bytes = seg.io_bytes,
                                           .flops = seg.forward_flops,
+                                          .attention_flops = seg.forward_attention_flops,
                                           .deps = deps,
                                           .reads = reads,
                                           .writes = {recomputed}});
@@ -347,6 +349,7 @@ void build_schedule(Plan& plan) {
                                      .name = fmt::format("bwd {} mb{}", seg.label, mb),
                                      .bytes = 2.0 * seg.io_bytes,
                                      .flops = seg.backward_flops,
+                                     .attention_flops = seg.backward_attention_flops,
                                      .deps = std::move(deps),
                                      .reads = std::move(reads),
                                      .writes = std::move(writes)});

@@ -51,6 +51,14 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.modules.push_back(t.module->name);
     s.forward_flops += forward_flops(*t.module, shape);
     s.backward_flops += backward_flops(*t.module, shape);
+    s.forward_attention_flops += forward_flops_of_kind(*t.module, shape, ComputeKind::attention);
+    s.backward_attention_flops += backward_flops_of_kind(*t.module, shape, ComputeKind::attention);
+    // Selective recompute re-runs the marked modules (core attention) inside backward.
+    if (recompute == Recompute::selective) {
+      const double rerun = selective_recompute_flops(*t.module, shape);
+      s.backward_flops += rerun;
+      s.backward_attention_flops += rerun;
+    }
     double io_elements = 0;
     for_each_module(*t.module, [&](const Module& m) {
       io_elements += m.cost.fwd_io_elements_per_token * m.cost.token_fraction;

@@ -121,7 +121,7 @@ TEST(PlanJson, RejectsOtherVersionsAndBadFields) {
   nlohmann::json j = plan_to_json(tiny_plan());
   j["version"] = 99;
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/version",
-                              "not the supported 1");
+                              "not the supported 2");
   j = plan_to_json(tiny_plan());
   j["ops"][3]["stream"] = "nccl";
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/ops/3/stream",
@@ -135,6 +135,16 @@ TEST(PlanJson, RejectsOtherVersionsAndBadFields) {
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); },
                               "/buffers/" + std::to_string(j["buffers"].size() - 1) + "/live",
                               "required field is missing");
+  j = plan_to_json(tiny_plan());
+  for (std::size_t i = 0; i < j["ops"].size(); ++i) {
+    if (j["ops"][i]["kind"] == "forward") {
+      j["ops"][i]["attention_flops"] = j["ops"][i]["flops"].get<double>() * 2 + 1;
+      testing::expect_input_error([&] { plan_from_json(j, "plan.json"); },
+                                  "/ops/" + std::to_string(i) + "/attention_flops",
+                                  "exceeds the op's flops");
+      break;
+    }
+  }
 }
 
 TEST(StepTrace, FollowsTheTraceTheScheduleUses) {
