@@ -57,6 +57,15 @@ struct CollectiveParams {
   bool json = false;
 };
 
+struct SimulateParams {
+  JobParams job;               // used unless `plan` is given
+  std::string plan;            // plan.json; empty = plan from the job
+  bool cluster_given = false;  // --cluster on the command line (with --plan: override)
+  std::string trace_out;       // Chrome trace JSON
+  std::string timeline_out;    // timeline.json (the simulator/executor schema)
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -65,6 +74,7 @@ int run_describe(const DescribeParams& params, std::ostream& out);
 int run_plan(const PlanParams& params, std::ostream& out);
 int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
+int run_simulate(const SimulateParams& params, std::ostream& out);
 int run_version(bool json, std::ostream& out);
 
 }  // namespace shardplan

@@ -89,6 +89,20 @@ int main(int argc, char** argv) {
   plan->add_option("-o,--output", plan_params.output, "write plan.json here");
   plan->add_flag("--json", plan_params.json, "machine-readable summary");
 
+  shardplan::SimulateParams simulate_params;
+  auto* simulate = app.add_subcommand(
+      "simulate", "predict one step: op timeline, step time, MFU, exposed communication, memory");
+  add_job_options(*simulate, simulate_params.job);
+  simulate
+      ->add_option("--plan", simulate_params.plan,
+                   "simulate this plan.json (instead of planning --model on --cluster)")
+      ->check(CLI::ExistingFile);
+  simulate->add_option("--trace-out", simulate_params.trace_out,
+                       "write a Chrome trace (Perfetto, chrome://tracing)");
+  simulate->add_option("--timeline-out", simulate_params.timeline_out,
+                       "write the predicted timeline.json");
+  simulate->add_flag("--json", simulate_params.json, "machine-readable summary");
+
   shardplan::PackParams pack_params;
   auto* pack =
       app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
@@ -146,6 +160,18 @@ int main(int argc, char** argv) {
     if (*describe) return shardplan::run_describe(describe_params, std::cout);
     if (*plan) return shardplan::run_plan(plan_params, std::cout);
     if (*pack) return shardplan::run_pack(pack_params, std::cout);
+    if (*simulate) {
+      simulate_params.cluster_given = simulate->count("--cluster") > 0;
+      if (!simulate_params.plan.empty()) {
+        for (const char* flag : {"--model", "--nodes", "--gpus", "--config", "--set"}) {
+          if (simulate->count(flag) > 0) {
+            throw shardplan::InputError("", flag,
+                                        "cannot be combined with --plan (the plan fixes it)");
+          }
+        }
+      }
+      return shardplan::run_simulate(simulate_params, std::cout);
+    }
     if (*collective) return shardplan::run_collective(collective_params, std::cout);
     if (*version) return shardplan::run_version(version_json, std::cout);
   } catch (const shardplan::InputError& error) {

@@ -45,11 +45,7 @@ int run_pack(const PackParams& p, std::ostream& out) {
   PoolTable table;
   Plan plan;
   if (is_plan) {
-    plan = plan_from_json(read_json_file(p.input), p.input);
-    if (auto error = validate_plan(plan)) {
-      throw InputError(p.input, std::string(plan_error_kind_name(error->kind)),
-                       "invalid plan: " + error->message);
-    }
+    plan = read_plan_file(p.input);
     table.requests = transient_pool_requests(plan);
   } else {
     table = read_pool_csv(p.input);

@@ -57,6 +57,27 @@ NcclSpec parse_nccl(const JsonReader& r) {
   };
 }
 
+// Optional: a file without it gets the defaults of ComputeSpec.
+ComputeSpec parse_compute(const JsonReader& r) {
+  r.expect_only({"gemm_efficiency", "attention_efficiency", "elementwise_efficiency",
+                 "optimizer_efficiency", "overlap_slowdown"});
+  const ComputeSpec d;
+  auto fraction = [&](std::string_view key, double fallback) {
+    const double v = r.number_or(key, fallback);
+    if (!(v > 0 && v <= 1)) r.fail(key, fmt::format("must be in (0, 1], got {}", v));
+    return v;
+  };
+  ComputeSpec c{
+      .gemm_efficiency = fraction("gemm_efficiency", d.gemm_efficiency),
+      .attention_efficiency = fraction("attention_efficiency", d.attention_efficiency),
+      .elementwise_efficiency = fraction("elementwise_efficiency", d.elementwise_efficiency),
+      .optimizer_efficiency = fraction("optimizer_efficiency", d.optimizer_efficiency),
+      .overlap_slowdown = r.number_or("overlap_slowdown", d.overlap_slowdown)};
+  if (!(c.overlap_slowdown >= 0 && c.overlap_slowdown <= 4))
+    r.fail("overlap_slowdown", fmt::format("must be in [0, 4], got {}", c.overlap_slowdown));
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> cluster_zoo_names() {
@@ -69,7 +90,7 @@ std::vector<std::string> cluster_zoo_names() {
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node", "inter_node",
-                 "nccl", "non_tensor_bytes", "sources"});
+                 "nccl", "compute", "non_tensor_bytes", "sources"});
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -79,6 +100,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   c.intra_node = parse_link(r.object("intra_node"));
   c.inter_node = parse_link(r.object("inter_node"));
   c.nccl = parse_nccl(r.object("nccl"));
+  if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
   if (c.nccl.collective_sms < 0 || c.nccl.collective_sms >= c.gpu.sm_count) {
     r.fail("nccl", fmt::format("collective_sms must be in 0..{} (the GPU's SMs), got {}",
                                c.gpu.sm_count - 1, c.nccl.collective_sms));

@@ -36,6 +36,19 @@ struct NcclSpec {
   bool ib_sharp = false;       // InfiniBand SHARP
 };
 
+// How close kernels get to the GPU's peaks (simulator/compute_model.h): GEMMs and
+// attention as fractions of the dense tensor-core peak, memory-bound work (norms,
+// activations, the optimizer step) as fractions of the measured HBM bandwidth. Compute
+// overlapping a collective runs 1 + overlap_slowdown times longer. Defaults and their
+// sources: docs/model.md "Compute".
+struct ComputeSpec {
+  double gemm_efficiency = 0.70;
+  double attention_efficiency = 0.50;
+  double elementwise_efficiency = 0.80;
+  double optimizer_efficiency = 0.80;
+  double overlap_slowdown = 0.189;
+};
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -45,6 +58,7 @@ struct ClusterSpec {
   LinkSpec intra_node;
   LinkSpec inter_node;
   NcclSpec nccl;
+  ComputeSpec compute;
   int64_t non_tensor_bytes = 0;                // CUDA context, NCCL and cuBLAS workspaces per GPU
   std::map<std::string, std::string> sources;  // dotted field path -> citation
 

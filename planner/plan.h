@@ -153,6 +153,11 @@ struct Plan {
   PoolPlan pool;
   int64_t non_tensor_bytes = 0;
   int64_t capacity_bytes = 0;
+  // Model FLOPs per GPU per step in the PaLM convention (3× the forward, no causal
+  // discount, no recompute): the numerator of MFU.
+  double model_flops = 0;
+  // Tokens each GPU processes per step (micro_batch × seq_len × grad_accum).
+  int64_t tokens_per_gpu = 0;
 };
 
 // For every op, the earliest compute-stream op that depends on it, directly or through

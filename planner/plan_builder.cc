@@ -161,6 +161,8 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
                          .seq_len = c.seq_len,
                          .activation_bytes = dtype_bytes(c.param_dtype)};
   plan.segments = build_segments(traced_modules(model, units), shape, c.recompute);
+  plan.model_flops = model_training_flops(model.root, shape) * static_cast<double>(c.grad_accum);
+  plan.tokens_per_gpu = shape.tokens() * c.grad_accum;
   add_persistent_buffers(plan);
   build_schedule(plan);
   if (assigner != nullptr) {

@@ -10,6 +10,7 @@
 #include "models/json_reader.h"
 #include "models/suggest.h"
 #include "planner/plan_memory.h"
+#include "planner/plan_validator.h"
 
 namespace shardplan {
 namespace {
@@ -104,6 +105,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
           {"gpus_per_node", plan.gpus_per_node},
           {"non_tensor_bytes", plan.non_tensor_bytes},
           {"capacity_bytes", plan.capacity_bytes},
+          {"model_flops", plan.model_flops},
+          {"tokens_per_gpu", plan.tokens_per_gpu},
           {"config", fsdp_config_to_json(plan.config)},
           {"pool",
            {{"algorithm", plan.pool.algorithm},
@@ -121,8 +124,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
 Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"version", "model", "cluster", "num_gpus", "gpus_per_node", "non_tensor_bytes",
-                 "capacity_bytes", "config", "pool", "memory", "units", "groups", "segments",
-                 "buffers", "ops"});
+                 "capacity_bytes", "model_flops", "tokens_per_gpu", "config", "pool", "memory",
+                 "units", "groups", "segments", "buffers", "ops"});
   Plan plan;
   plan.version = static_cast<int>(r.integer("version"));
   if (plan.version != kPlanVersion) {
@@ -135,6 +138,8 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   plan.gpus_per_node = r.positive_integer("gpus_per_node");
   plan.non_tensor_bytes = r.integer("non_tensor_bytes");
   plan.capacity_bytes = r.integer("capacity_bytes");
+  plan.model_flops = r.non_negative_number("model_flops");
+  plan.tokens_per_gpu = r.positive_integer("tokens_per_gpu");
   plan.config = fsdp_config_from_json(r.value("config"), label + " /config");
   if (plan.config.dp_shard == 0) r.fail("config", "dp_shard must be resolved in a plan");
   const JsonReader pool = r.object("pool");
@@ -226,6 +231,15 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                .writes = o.integers("writes")});
     if (plan.ops.back().attention_flops > plan.ops.back().flops)
       o.fail("attention_flops", "exceeds the op's flops");
+  }
+  return plan;
+}
+
+Plan read_plan_file(const std::string& path) {
+  Plan plan = plan_from_json(read_json_file(path), path);
+  if (auto error = validate_plan(plan)) {
+    throw InputError(path, std::string(plan_error_kind_name(error->kind)),
+                     "invalid plan: " + error->message);
   }
   return plan;
 }

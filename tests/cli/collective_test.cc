@@ -37,7 +37,8 @@ TEST(CollectiveCommand, SweepCoversOneKibToEightGib) {
   // Small sizes are latency-bound (tens of microseconds), large ones bandwidth-bound.
   EXPECT_LT(j["results"].front()["seconds"].get<double>(), 100e-6);
   EXPECT_GT(j["results"].front()["seconds"].get<double>(), 5e-6);
-  EXPECT_NEAR(j["results"].back()["busbw_bytes_per_s"].get<double>() / 48e9, 1.0, 0.02);
+  // 8 GiB over 2 full nodes: bound by the node's 8 NICs, capped by NVLink's 360 GB/s.
+  EXPECT_NEAR(j["results"].back()["busbw_bytes_per_s"].get<double>() / 360e9, 1.0, 0.02);
 }
 
 TEST(CollectiveCommand, SizeUnits) {

@@ -38,12 +38,19 @@ TEST(CollectiveModel, SmallMessagesAreLatencyBound) {
   EXPECT_GT(e.seconds, 100 * 1024 * 14.0 / 8.0 / 360e9);
 }
 
-TEST(CollectiveModel, RingAcrossNodesRunsAtTheNic) {
-  // 16 ranks on 2 nodes: 14 NVLink hops and 1 network hop (Simple: 14 µs); the ring runs
-  // at min(360, 48) GB/s.
+TEST(CollectiveModel, RingAcrossNodesRunsAtTheNodesNics) {
+  // 16 ranks on 2 nodes: 14 NVLink hops and 1 network hop (Simple: 14 µs); one ring per
+  // NIC, so the node's 8 NICs give min(360, 8 × 48) GB/s.
   const CollectiveEstimate e = estimate_collective(h100(2), Collective::all_gather, kGiB, {16, 8});
-  EXPECT_NEAR(e.seconds, (8.4 + 14 * 3.4 + 1 * 14.0) * 1e-6 + kGiB * 15.0 / 16.0 / 48e9, 1e-12);
-  EXPECT_NEAR(e.link_bus_bandwidth, 48e9, 1);
+  EXPECT_NEAR(e.seconds, (8.4 + 14 * 3.4 + 1 * 14.0) * 1e-6 + kGiB * 15.0 / 16.0 / 360e9, 1e-12);
+  EXPECT_NEAR(e.link_bus_bandwidth, 360e9, 1);
+  // One rank per node (an HSDP outer group): its one NIC, 48 GB/s.
+  const CollectiveEstimate outer =
+      estimate_collective(h100(2), Collective::all_gather, kGiB, {2, 1});
+  EXPECT_NEAR(outer.link_bus_bandwidth, 48e9, 1);
+  // Two ranks per node: two NICs.
+  EXPECT_NEAR(estimate_collective(h100(2), Collective::all_gather, kGiB, {4, 2}).link_bus_bandwidth,
+              96e9, 1);
 }
 
 TEST(CollectiveModel, TreeWinsSmallAllReducesAcrossNodes) {

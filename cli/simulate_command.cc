@@ -1,0 +1,111 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/job.h"
+#include "cli/text_format.h"
+#include "models/error.h"
+#include "models/zoo.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_json.h"
+#include "simulator/simulate.h"
+
+namespace shardplan {
+namespace {
+
+// The cluster a plan file was made for: --cluster if given, else its zoo name.
+ClusterSpec plan_cluster(const Plan& plan, const SimulateParams& p) {
+  const auto names = cluster_zoo_names();
+  if (!p.cluster_given && std::find(names.begin(), names.end(), plan.cluster) == names.end()) {
+    throw InputError(p.plan, "cluster",
+                     fmt::format("the plan was made for cluster '{}', which is not built in; give "
+                                 "its file with --cluster",
+                                 plan.cluster));
+  }
+  ClusterSpec cluster =
+      load_cluster(p.cluster_given ? p.job.cluster : plan.cluster, std::nullopt, plan.num_gpus);
+  if (cluster.gpus_per_node != plan.gpus_per_node) {
+    throw InputError(p.plan, "gpus_per_node",
+                     fmt::format("the plan has {} GPUs per node, cluster '{}' has {}",
+                                 plan.gpus_per_node, cluster.name, cluster.gpus_per_node));
+  }
+  return cluster;
+}
+
+std::string seconds_text(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
+  const TimelineSummary& s = t.summary;
+  const PathBreakdown& p = s.critical_path;
+  const double step = std::max(s.step_seconds, 1e-30);
+  auto share = [&](double x) { return fmt::format("{:.1f} %", 100.0 * x / step); };
+  out << fmt::format("Predicted step: {} on {} GPUs of {} ({} allocator)\n\n", plan.model,
+                     plan.num_gpus, plan.cluster, t.allocator);
+  const std::vector<std::vector<std::string>> rows = {
+      {"step time", seconds_text(s.step_seconds), ""},
+      {"tokens/s per GPU", fmt::format("{:.0f}", s.tokens_per_second_per_gpu),
+       fmt::format("{} tokens per GPU per step", plan.tokens_per_gpu)},
+      {"TFLOP/s per GPU", fmt::format("{:.1f}", s.tflops_per_gpu), "executed, recompute included"},
+      {"MFU", fmt::format("{:.1f} %", 100.0 * s.mfu), "model FLOPs ÷ dense BF16 peak"},
+      {"compute", seconds_text(s.compute_seconds), share(s.compute_seconds) + " of the step busy"},
+      {"exposed all-gather", seconds_text(s.exposed_all_gather_seconds),
+       share(s.exposed_all_gather_seconds)},
+      {"exposed reduce-scatter", seconds_text(s.exposed_reduce_scatter_seconds),
+       share(s.exposed_reduce_scatter_seconds)},
+      {"exposed outer (HSDP)", seconds_text(s.exposed_outer_seconds),
+       share(s.exposed_outer_seconds)},
+      {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes)),
+       "tensors + non-tensor"},
+      {"peak reserved", format_bytes(static_cast<double>(s.peak_reserved_bytes)),
+       fmt::format("of {}: {}", format_bytes(static_cast<double>(s.capacity_bytes)),
+                   s.fits ? "fits" : "does NOT fit")},
+  };
+  out << render_table({"", "predicted", "note"}, rows, {1});
+  out << fmt::format(
+      "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
+      "optimizer {}\n",
+      t.critical_path.size(), seconds_text(p.compute), seconds_text(p.all_gather),
+      seconds_text(p.reduce_scatter), seconds_text(p.outer), seconds_text(p.optimizer));
+}
+
+}  // namespace
+
+int run_simulate(const SimulateParams& p, std::ostream& out) {
+  Plan plan;
+  ClusterSpec cluster;
+  if (!p.plan.empty()) {
+    plan = read_plan_file(p.plan);
+    cluster = plan_cluster(plan, p);
+  } else {
+    const Job job = load_job(p.job);
+    plan = build_plan(job.model, job.cluster, job.config);
+    cluster = job.cluster;
+  }
+  const Timeline timeline = simulate(plan, cluster);
+  // Everything is computed before anything is written.
+  if (!p.trace_out.empty())
+    write_file_atomically(p.trace_out, chrome_trace(timeline).dump() + "\n");
+  if (!p.timeline_out.empty())
+    write_file_atomically(p.timeline_out, timeline_to_json(timeline).dump(1) + "\n");
+  if (p.json) {
+    nlohmann::json j = timeline_to_json(timeline);
+    j.erase("ops");
+    j.erase("memory");
+    j.erase("critical_path");
+    j["config"] = fsdp_config_to_json(plan.config);
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  print_summary(plan, timeline, out);
+  for (const std::string* path : {&p.trace_out, &p.timeline_out}) {
+    if (!path->empty()) out << "wrote " << *path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace shardplan {
+
+// PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), as far as it
+// decides how much device memory a sequence of allocations and frees reserves: sizes
+// rounded up to 512 B; requests up to 1 MiB served from a small pool of 2 MiB segments,
+// larger ones from a large pool whose segments are 20 MiB below 10 MiB and the request
+// rounded up to 2 MiB above; the smallest free block that fits (best fit), split when
+// the rest is at least 512 B (small) or above 1 MiB (large); freed blocks merge with free
+// neighbours of their segment; segments are never returned (no empty_cache). One stream.
+class CachingAllocator {
+ public:
+  static constexpr int64_t kMinBlockSize = 512;
+  static constexpr int64_t kSmallSize = 1048576;
+  static constexpr int64_t kSmallBuffer = 2097152;
+  static constexpr int64_t kMinLargeAlloc = 10485760;
+  static constexpr int64_t kLargeBuffer = 20971520;
+  static constexpr int64_t kRoundLarge = 2097152;
+
+  static int64_t round_size(int64_t bytes);
+  // Bytes of a new segment for a request of `rounded` bytes.
+  static int64_t segment_size(int64_t rounded);
+
+  // Returns a handle for free(); zero-byte requests take 512 B as in PyTorch.
+  int64_t allocate(int64_t bytes);
+  void free(int64_t handle);
+
+  int64_t allocated() const { return allocated_; }  // rounded sizes of live blocks
+  int64_t reserved() const { return reserved_; }    // sum of segments
+
+ private:
+  struct Block {
+    int64_t size = 0;
+    int64_t address = 0;
+    int64_t prev = -1;  // neighbours in the segment
+    int64_t next = -1;
+    bool small = false;
+    bool in_use = false;
+  };
+  // Free blocks ordered as PyTorch's BlockComparator orders them: size, then address.
+  using FreeSet = std::set<std::tuple<int64_t, int64_t, int64_t>>;  // size, address, block
+
+  FreeSet& pool(bool small) { return small ? small_free_ : large_free_; }
+  void insert_free(int64_t block);
+  void erase_free(int64_t block);
+
+  std::vector<Block> blocks_;  // handles index it; merged-away blocks stay as dead entries
+  FreeSet small_free_, large_free_;
+  int64_t allocated_ = 0;
+  int64_t reserved_ = 0;
+  int64_t next_address_ = 0;
+};
+
+}  // namespace shardplan

@@ -1,0 +1,52 @@
+#include "simulator/compute_model.h"
+
+#include <algorithm>
+
+namespace shardplan {
+
+RankLayout group_layout(const Plan& plan, CommGroup group, int64_t ranks) {
+  const int64_t per_node = std::max<int64_t>(plan.gpus_per_node, 1);
+  if (group == CommGroup::dp_outer) {
+    const int64_t stride = std::max<int64_t>(plan.config.dp_shard, 1);
+    return {ranks, std::clamp<int64_t>(per_node / stride, 1, ranks)};
+  }
+  return {ranks, std::min(ranks, per_node)};
+}
+
+OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
+  const ComputeSpec& e = cluster.compute;
+  const GpuSpec& gpu = cluster.gpu;
+  switch (op.kind) {
+    case OpKind::forward:
+    case OpKind::backward:
+    case OpKind::recompute: {
+      const bool fp8 = plan.config.fp8_param_gather && gpu.fp8_dense_flops > 0;
+      const double gemm_peak = fp8 ? gpu.fp8_dense_flops : gpu.bf16_dense_flops;
+      const double gemm = std::max(op.flops - op.attention_flops, 0.0);
+      const double seconds =
+          gemm / (gemm_peak * e.gemm_efficiency) +
+          op.attention_flops / (gpu.bf16_dense_flops * e.attention_efficiency) +
+          op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.elementwise_efficiency);
+      return {.seconds = seconds};
+    }
+    case OpKind::optimizer_step:
+      return {.seconds =
+                  op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.optimizer_efficiency)};
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_reduce: {
+      const Collective c = op.kind == OpKind::all_gather       ? Collective::all_gather
+                           : op.kind == OpKind::reduce_scatter ? Collective::reduce_scatter
+                                                               : Collective::all_reduce;
+      const RankLayout layout = group_layout(plan, op.group, op.group_ranks);
+      if (layout.ranks <= 1 || op.bytes <= 0) return {};
+      const CollectiveEstimate est = estimate_collective(cluster, c, op.bytes, layout);
+      return {.seconds = est.seconds,
+              .latency_seconds = est.latency_seconds,
+              .tier = layout.nodes() > 1 ? Tier::inter_node : Tier::intra_node};
+    }
+  }
+  return {};
+}
+
+}  // namespace shardplan

@@ -1,0 +1,33 @@
+#pragma once
+
+#include "models/cluster_spec.h"
+#include "planner/plan.h"
+#include "simulator/collective_model.h"
+
+namespace shardplan {
+
+// The network tier a collective's bandwidth is bound by.
+enum class Tier { none, intra_node, inter_node };
+
+// What one op costs when it runs alone. Collectives split into a size-independent
+// latency and a transfer that shares its tier's links with concurrent collectives.
+struct OpCost {
+  double seconds = 0;          // alone, all of it
+  double latency_seconds = 0;  // collectives: the part not shared
+  Tier tier = Tier::none;      // collectives only
+};
+
+// Compute ops: a roofline per kernel class, summed over the classes an op runs (they run
+// one after another): GEMM FLOPs ÷ (peak × gemm_efficiency), attention FLOPs ÷ (BF16
+// peak × attention_efficiency), activation bytes ÷ (measured HBM bandwidth ×
+// elementwise_efficiency). GEMMs use the FP8 peak under fp8_param_gather (Transformer
+// Engine runs them in FP8). The optimizer step is memory-bound over the local shard:
+// bytes ÷ (measured HBM bandwidth × optimizer_efficiency). Collectives: the NCCL model
+// (collective_model.h) over the ranks of the op's group.
+OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
+
+// Where the ranks of a plan's group sit: dp_shard ranks are consecutive (inside a node
+// as far as they fit), dp_outer ranks are dp_shard apart.
+RankLayout group_layout(const Plan& plan, CommGroup group, int64_t ranks);
+
+}  // namespace shardplan

@@ -1,0 +1,322 @@
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <limits>
+#include <stdexcept>
+
+#include "simulator/caching_allocator.h"
+#include "simulator/compute_model.h"
+
+namespace shardplan {
+namespace {
+
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+
+// Edges: every dependency, and each op's predecessor on its stream.
+Graph op_graph(const Plan& plan) {
+  Graph g(plan.ops.size());
+  std::vector<int64_t> last_on_stream(4, -1);
+  for (const PlanOp& op : plan.ops) {
+    const auto v = static_cast<std::size_t>(op.id);
+    for (int64_t d : op.deps) boost::add_edge(static_cast<std::size_t>(d), v, g);
+    int64_t& last = last_on_stream[static_cast<std::size_t>(op.stream)];
+    if (last >= 0 && std::find(op.deps.begin(), op.deps.end(), last) == op.deps.end())
+      boost::add_edge(static_cast<std::size_t>(last), v, g);
+    last = op.id;
+  }
+  return g;
+}
+
+struct Running {
+  int64_t op;
+  double latency_left;  // collectives: seconds of latency still to run (rate 1)
+  double work_left;     // seconds of work at rate 1
+};
+
+bool is_collective(const PlanOp& op) {
+  return op.stream != Stream::compute;
+}
+
+// Runs the event loop; fills start and end per op.
+void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
+                std::vector<double>& start, std::vector<double>& end) {
+  const auto n = plan.ops.size();
+  std::vector<OpCost> cost(n);
+  for (std::size_t i = 0; i < n; ++i) cost[i] = op_cost(plan, plan.ops[i], cluster);
+  std::vector<std::size_t> waiting(n);
+  std::vector<int64_t> ready;  // kept sorted descending, so the lowest id is at the back
+  for (std::size_t i = 0; i < n; ++i) {
+    waiting[i] = boost::in_degree(i, g);
+    if (waiting[i] == 0) ready.push_back(static_cast<int64_t>(i));
+  }
+  std::sort(ready.rbegin(), ready.rend());
+  std::vector<Running> running;
+  double now = 0;
+  std::size_t done = 0;
+  const double slowdown = 1.0 + cluster.compute.overlap_slowdown;
+  while (done < n) {
+    // Start everything ready, lowest id first (each stream has at most one: the stream
+    // predecessor edge keeps a stream's ops in order).
+    while (!ready.empty()) {
+      const int64_t id = ready.back();
+      ready.pop_back();
+      const OpCost& c = cost[static_cast<std::size_t>(id)];
+      start[static_cast<std::size_t>(id)] = now;
+      running.push_back({id, c.latency_seconds, c.seconds - c.latency_seconds});
+    }
+    if (running.empty()) throw std::logic_error("simulate: the op graph has a cycle");
+    // Rates: compute slows while any collective runs; transfers share their tier.
+    bool collective_running = false;
+    int64_t sharing[3] = {0, 0, 0};
+    for (const Running& r : running) {
+      const PlanOp& op = plan.ops[static_cast<std::size_t>(r.op)];
+      if (!is_collective(op)) continue;
+      collective_running = true;
+      if (r.latency_left <= 0)
+        ++sharing[static_cast<int>(cost[static_cast<std::size_t>(r.op)].tier)];
+    }
+    auto rate = [&](const Running& r) {
+      const PlanOp& op = plan.ops[static_cast<std::size_t>(r.op)];
+      if (!is_collective(op)) return collective_running ? 1.0 / slowdown : 1.0;
+      if (r.latency_left > 0) return 1.0;
+      const int64_t k = sharing[static_cast<int>(cost[static_cast<std::size_t>(r.op)].tier)];
+      return 1.0 / static_cast<double>(std::max<int64_t>(k, 1));
+    };
+    double step = std::numeric_limits<double>::infinity();
+    for (const Running& r : running) {
+      const double left = r.latency_left > 0 ? r.latency_left : r.work_left;
+      step = std::min(step, left / rate(r));
+    }
+    step = std::max(step, 0.0);
+    now += step;
+    std::vector<int64_t> finished;
+    std::vector<double> rates;
+    for (const Running& r : running) rates.push_back(rate(r));
+    for (std::size_t k = 0; k < running.size(); ++k) {
+      Running& r = running[k];
+      // A phase within a relative 1e-12 of its end counts as ended (rounding).
+      const double tolerance = 1e-12 * std::max(now, 1e-9);
+      if (r.latency_left > 0) {
+        r.latency_left -= step * rates[k];
+        if (r.latency_left <= tolerance) r.latency_left = 0;
+      } else {
+        r.work_left -= step * rates[k];
+        if (r.work_left <= tolerance) finished.push_back(r.op);
+      }
+    }
+    // An op whose latency just ended with no transfer left is finished too.
+    for (const Running& r : running) {
+      if (r.latency_left == 0 && r.work_left <= 0 &&
+          std::find(finished.begin(), finished.end(), r.op) == finished.end())
+        finished.push_back(r.op);
+    }
+    std::sort(finished.begin(), finished.end());
+    for (int64_t id : finished) {
+      end[static_cast<std::size_t>(id)] = now;
+      ++done;
+      std::erase_if(running, [&](const Running& r) { return r.op == id; });
+      for (auto [e, last] = boost::out_edges(static_cast<std::size_t>(id), g); e != last; ++e) {
+        const std::size_t next = boost::target(*e, g);
+        if (--waiting[next] == 0) ready.push_back(static_cast<int64_t>(next));
+      }
+    }
+    std::sort(ready.rbegin(), ready.rend());
+  }
+}
+
+// Back from the op that ends last, through the predecessor that ended last (the one the
+// op waited for); ties go to the higher id, the later op in program order.
+std::vector<int64_t> critical_path(const Graph& g, const std::vector<double>& end) {
+  std::vector<int64_t> path;
+  if (end.empty()) return path;
+  auto v = static_cast<std::size_t>(std::max_element(end.begin(), end.end()) - end.begin());
+  while (true) {
+    path.push_back(static_cast<int64_t>(v));
+    bool any = false;
+    std::size_t best = 0;
+    for (auto [e, last] = boost::in_edges(v, g); e != last; ++e) {
+      const std::size_t u = boost::source(*e, g);
+      if (!any || end[u] > end[best] || (end[u] == end[best] && u > best)) best = u;
+      any = true;
+    }
+    if (!any) break;
+    v = best;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// Total length of [a, b) not covered by the sorted, disjoint `busy` intervals.
+double uncovered(double a, double b, const std::vector<std::pair<double, double>>& busy) {
+  double covered = 0;
+  auto it = std::lower_bound(busy.begin(), busy.end(), std::pair{a, -1.0},
+                             [](const auto& x, const auto& y) { return x.second <= y.first; });
+  for (; it != busy.end() && it->first < b; ++it)
+    covered += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
+  return std::max(0.0, (b - a) - covered);
+}
+
+struct MemoryEvent {
+  double time;
+  bool allocate;  // frees first at equal times (half-open lifetimes)
+  int64_t buffer;
+};
+
+void simulate_memory(const Plan& plan, const std::vector<double>& start,
+                     const std::vector<double>& end, Timeline& t) {
+  const std::vector<int64_t> waiter = earliest_compute_waiters(plan);
+  const auto num_buffers = plan.buffers.size();
+  std::vector<double> alloc_at(num_buffers, std::numeric_limits<double>::infinity());
+  std::vector<double> free_at(num_buffers, 0);
+  for (const PlanOp& op : plan.ops) {
+    const auto i = static_cast<std::size_t>(op.id);
+    double released = end[i];
+    if (op.stream != Stream::compute && waiter[i] < static_cast<int64_t>(plan.ops.size()))
+      released = std::max(released, start[static_cast<std::size_t>(waiter[i])]);
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (int64_t b : *list) {
+        const auto bi = static_cast<std::size_t>(b);
+        alloc_at[bi] = std::min(alloc_at[bi], start[i]);
+        free_at[bi] = std::max(free_at[bi], released);
+      }
+    }
+  }
+  const bool caching = plan.config.allocator == Allocator::caching;
+  CachingAllocator allocator;
+  std::vector<int64_t> handle(num_buffers, -1);
+  int64_t persistent = 0;
+  std::vector<MemoryEvent> events;
+  for (const PlanBuffer& b : plan.buffers) {
+    const auto bi = static_cast<std::size_t>(b.id);
+    if (b.persistent) {
+      persistent += b.bytes;
+      if (caching) handle[bi] = allocator.allocate(b.bytes);
+      continue;
+    }
+    if (b.bytes <= 0 || !(alloc_at[bi] < std::numeric_limits<double>::infinity())) continue;
+    events.push_back({alloc_at[bi], true, b.id});
+    events.push_back({std::max(free_at[bi], alloc_at[bi]), false, b.id});
+  }
+  std::sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.allocate != b.allocate) return !a.allocate;
+    return a.buffer < b.buffer;
+  });
+  const int64_t base = plan.non_tensor_bytes;
+  int64_t live = 0;
+  auto sample = [&](double time) {
+    MemorySample s{.time = time};
+    if (caching) {
+      s.allocated = base + allocator.allocated();
+      s.reserved = base + allocator.reserved();
+    } else {
+      s.allocated = base + persistent + live;
+      s.reserved = base + persistent + plan.pool.size_bytes;
+    }
+    if (!t.memory.empty() && t.memory.back().time == time) {
+      t.memory.back() = s;
+    } else {
+      t.memory.push_back(s);
+    }
+    t.summary.peak_allocated_bytes = std::max(t.summary.peak_allocated_bytes, s.allocated);
+    t.summary.peak_reserved_bytes = std::max(t.summary.peak_reserved_bytes, s.reserved);
+  };
+  sample(0);
+  for (const MemoryEvent& e : events) {
+    const PlanBuffer& b = plan.buffers[static_cast<std::size_t>(e.buffer)];
+    const auto bi = static_cast<std::size_t>(e.buffer);
+    if (e.allocate) {
+      live += b.bytes;
+      if (caching) handle[bi] = allocator.allocate(b.bytes);
+    } else {
+      live -= b.bytes;
+      if (caching) allocator.free(handle[bi]);
+    }
+    // A sample per time: the allocations at that time come after its frees, so the last
+    // state at a time is its highest.
+    sample(e.time);
+  }
+}
+
+}  // namespace
+
+Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
+  const auto n = plan.ops.size();
+  const Graph g = op_graph(plan);
+  std::vector<double> start(n, 0), end(n, 0);
+  run_events(plan, cluster, g, start, end);
+
+  Timeline t{.source = "predicted",
+             .model = plan.model,
+             .cluster = plan.cluster,
+             .num_gpus = plan.num_gpus,
+             .allocator = std::string(allocator_name(plan.config.allocator))};
+  t.ops.reserve(n);
+  for (const PlanOp& op : plan.ops) {
+    const auto i = static_cast<std::size_t>(op.id);
+    t.ops.push_back({.op = op.id,
+                     .name = op.name,
+                     .stream = std::string(stream_name(op.stream)),
+                     .kind = std::string(op_kind_name(op.kind)),
+                     .start = start[i],
+                     .end = end[i],
+                     .bytes = op.bytes,
+                     .flops = op.flops});
+  }
+  TimelineSummary& s = t.summary;
+  s.step_seconds = n == 0 ? 0 : *std::max_element(end.begin(), end.end());
+
+  // Compute-stream busy intervals (disjoint: one op at a time) for exposure.
+  std::vector<std::pair<double, double>> busy;
+  double executed_flops = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream != Stream::compute) continue;
+    const auto i = static_cast<std::size_t>(op.id);
+    if (end[i] > start[i]) busy.emplace_back(start[i], end[i]);
+    s.compute_seconds += end[i] - start[i];
+    executed_flops += op.flops;
+  }
+  std::sort(busy.begin(), busy.end());
+  for (const PlanOp& op : plan.ops) {
+    if (op.stream == Stream::compute) continue;
+    const auto i = static_cast<std::size_t>(op.id);
+    const double exposed = uncovered(start[i], end[i], busy);
+    (op.stream == Stream::ag   ? s.exposed_all_gather_seconds
+     : op.stream == Stream::rs ? s.exposed_reduce_scatter_seconds
+                               : s.exposed_outer_seconds) += exposed;
+  }
+  if (s.step_seconds > 0) {
+    s.tokens_per_second_per_gpu = static_cast<double>(plan.tokens_per_gpu) / s.step_seconds;
+    s.tflops_per_gpu = executed_flops / s.step_seconds / 1e12;
+    s.mfu = plan.model_flops / (s.step_seconds * cluster.gpu.bf16_dense_flops);
+  }
+
+  t.critical_path = critical_path(g, end);
+  for (int64_t id : t.critical_path) {
+    const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
+    const double d = end[static_cast<std::size_t>(id)] - start[static_cast<std::size_t>(id)];
+    PathBreakdown& p = s.critical_path;
+    switch (op.stream) {
+      case Stream::compute:
+        (op.kind == OpKind::optimizer_step ? p.optimizer : p.compute) += d;
+        break;
+      case Stream::ag:
+        p.all_gather += d;
+        break;
+      case Stream::rs:
+        p.reduce_scatter += d;
+        break;
+      case Stream::outer:
+        p.outer += d;
+        break;
+    }
+  }
+
+  simulate_memory(plan, start, end, t);
+  s.capacity_bytes = plan.capacity_bytes;
+  s.fits = s.peak_reserved_bytes <= s.capacity_bytes;
+  return t;
+}
+
+}  // namespace shardplan
