@@ -1,0 +1,92 @@
+// The caching allocator model against PyTorch's rules worked by hand.
+#include "simulator/caching_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace shardplan {
+namespace {
+
+constexpr int64_t kMiB = 1048576;
+
+TEST(CachingAllocator, RoundsAndSizesSegmentsAsPyTorch) {
+  EXPECT_EQ(CachingAllocator::round_size(1), 512);
+  EXPECT_EQ(CachingAllocator::round_size(512), 512);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024);
+  EXPECT_EQ(CachingAllocator::segment_size(kMiB), 2 * kMiB);         // small pool
+  EXPECT_EQ(CachingAllocator::segment_size(kMiB + 512), 20 * kMiB);  // large, < 10 MiB
+  EXPECT_EQ(CachingAllocator::segment_size(10 * kMiB), 10 * kMiB);   // rounded to 2 MiB
+  EXPECT_EQ(CachingAllocator::segment_size(11 * kMiB), 12 * kMiB);
+}
+
+TEST(CachingAllocator, SplitsSegmentsAndReusesFreedBlocks) {
+  CachingAllocator a;
+  // 5 MiB: a new 20 MiB segment, split (15 MiB left > 1 MiB).
+  const int64_t x = a.allocate(5 * kMiB);
+  EXPECT_EQ(a.reserved(), 20 * kMiB);
+  EXPECT_EQ(a.allocated(), 5 * kMiB);
+  // 8 MiB fits the 15 MiB remainder: no new segment.
+  const int64_t y = a.allocate(8 * kMiB);
+  EXPECT_EQ(a.reserved(), 20 * kMiB);
+  EXPECT_EQ(a.allocated(), 13 * kMiB);
+  // 12 MiB does not fit the 7 MiB left: a 12 MiB segment.
+  const int64_t z = a.allocate(12 * kMiB);
+  EXPECT_EQ(a.reserved(), 32 * kMiB);
+  a.free(x);
+  a.free(y);
+  EXPECT_EQ(a.allocated(), 12 * kMiB);
+  // The freed 5 + 8 MiB merged with the 7 MiB tail: a 20 MiB request fits without growth.
+  a.allocate(20 * kMiB);
+  EXPECT_EQ(a.reserved(), 32 * kMiB);
+  a.free(z);
+  // Small requests come from their own 2 MiB segments, never from the large pool.
+  a.allocate(1000);
+  EXPECT_EQ(a.reserved(), 34 * kMiB);
+  EXPECT_EQ(a.allocated(), 20 * kMiB + 1024);
+}
+
+TEST(CachingAllocator, FragmentationGrowsReservedAboveAllocated) {
+  CachingAllocator a;
+  // Two 12 MiB segments; freeing one and asking 14 MiB cannot reuse it.
+  const int64_t x = a.allocate(12 * kMiB);
+  a.allocate(12 * kMiB);
+  a.free(x);
+  a.allocate(14 * kMiB);
+  EXPECT_EQ(a.allocated(), 26 * kMiB);
+  EXPECT_EQ(a.reserved(), 38 * kMiB);
+}
+
+TEST(CachingAllocator, RandomSequencesKeepReservedAboveAllocated) {
+  std::mt19937 rng(5);
+  CachingAllocator a;
+  std::vector<int64_t> live;
+  int64_t expected = 0;
+  std::vector<int64_t> sizes;
+  for (int step = 0; step < 5000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      const int64_t bytes = 1 + static_cast<int64_t>(rng() % (64 * kMiB));
+      live.push_back(a.allocate(bytes));
+      sizes.push_back(CachingAllocator::round_size(bytes));
+      expected += sizes.back();
+    } else {
+      const std::size_t k = rng() % live.size();
+      a.free(live[k]);
+      expected -= sizes[k];
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    // A block is not split when the rest is under 512 B (small) or at most 1 MiB (large),
+    // and PyTorch counts the whole block as allocated.
+    ASSERT_GE(a.allocated(), expected);
+    ASSERT_LE(a.allocated(), expected + static_cast<int64_t>(live.size()) * kMiB);
+    ASSERT_GE(a.reserved(), a.allocated());
+  }
+  for (int64_t h : live) a.free(h);
+  EXPECT_EQ(a.allocated(), 0);
+  EXPECT_THROW(a.free(live.front()), std::logic_error);  // already free
+  EXPECT_THROW(a.free(-1), std::logic_error);
+}
+
+}  // namespace
+}  // namespace shardplan

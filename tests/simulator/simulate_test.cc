@@ -1,0 +1,259 @@
+// The discrete-event simulation on plans small enough to work out by hand: two units
+// with given compute and collective times, prefetch 0 vs 1, async reduce on and off, the
+// overlap slowdown and link sharing; then properties over real plans of random configs.
+#include "simulator/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "models/zoo.h"
+#include "planner/fsdp_config.h"
+#include "planner/plan_builder.h"
+#include "simulator/compute_model.h"
+
+namespace shardplan {
+namespace {
+
+// A cluster where times are easy: 1 TFLOP/s at efficiency 1, 1 GB/s NVLink bus, no
+// overlap slowdown unless a test sets one.
+ClusterSpec toy_cluster() {
+  ClusterSpec c = load_cluster("dgx-h100", std::nullopt, std::nullopt);
+  c.gpu.bf16_dense_flops = 1e12;
+  c.gpu.hbm_measured_bandwidth_bytes_per_s = 1e12;
+  c.intra_node.measured_bus_bandwidth_bytes_per_s = 1e9;
+  c.compute = {.gemm_efficiency = 1,
+               .attention_efficiency = 1,
+               .elementwise_efficiency = 1,
+               .optimizer_efficiency = 1,
+               .overlap_slowdown = 0};
+  return c;
+}
+
+// An all-gather over 2 ranks in a node: NCCL's ring Simple, 8.4 µs base + 1 NVLink hop of
+// 3.4 µs, then half the gathered bytes at the bus bandwidth (the Simple protocol wins for
+// megabytes: LL pays half the bandwidth, LL128 0.92 of it plus 15.9 µs).
+double ag_seconds(double bytes) {
+  return (8.4 + 3.4) * 1e-6 + bytes * 0.5 / 1e9;
+}
+
+struct PlanMaker {
+  Plan plan;
+  PlanMaker() {
+    plan.model = "hand";
+    plan.cluster = "toy";
+    plan.num_gpus = 2;
+    plan.gpus_per_node = 8;
+    plan.config.dp_shard = 2;
+    plan.tokens_per_gpu = 1000;
+    plan.capacity_bytes = int64_t{1} << 40;
+  }
+  int64_t compute(OpKind kind, double seconds, std::vector<int64_t> deps) {
+    return add({.stream = Stream::compute, .kind = kind, .flops = seconds * 1e12}, deps);
+  }
+  int64_t collective(Stream stream, OpKind kind, double bytes, std::vector<int64_t> deps) {
+    return add({.stream = stream,
+                .kind = kind,
+                .bytes = bytes,
+                .group = CommGroup::dp_shard,
+                .group_ranks = 2},
+               deps);
+  }
+  int64_t add(PlanOp op, std::vector<int64_t> deps) {
+    op.id = static_cast<int64_t>(plan.ops.size());
+    op.name = "op" + std::to_string(op.id);
+    op.deps = std::move(deps);
+    plan.ops.push_back(op);
+    return op.id;
+  }
+};
+
+constexpr double kF = 5e-3;     // one unit's forward
+constexpr double kBytes = 4e6;  // one unit's gathered weights: 2.0118 ms
+
+TEST(Simulate, CostsAreTheHandWorkedOnes) {
+  PlanMaker m;
+  m.compute(OpKind::forward, kF, {});
+  m.collective(Stream::ag, OpKind::all_gather, kBytes, {});
+  const ClusterSpec c = toy_cluster();
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, kF, 1e-15);
+  const OpCost ag = op_cost(m.plan, m.plan.ops[1], c);
+  EXPECT_NEAR(ag.seconds, ag_seconds(kBytes), 1e-15);
+  EXPECT_NEAR(ag.latency_seconds, 11.8e-6, 1e-15);
+  EXPECT_EQ(ag.tier, Tier::intra_node);
+}
+
+// Two units: gather u0, forward u0, gather u1 (prefetched, or after forward u0), forward u1.
+Plan two_units(bool prefetch) {
+  PlanMaker m;
+  const int64_t ag0 = m.collective(Stream::ag, OpKind::all_gather, kBytes, {});
+  const int64_t f0 = m.compute(OpKind::forward, kF, {ag0});
+  const int64_t ag1 = m.collective(Stream::ag, OpKind::all_gather, kBytes,
+                                   prefetch ? std::vector<int64_t>{} : std::vector<int64_t>{f0});
+  m.compute(OpKind::forward, kF, {ag1, f0});
+  return m.plan;
+}
+
+TEST(Simulate, PrefetchHidesTheSecondGather) {
+  const double a = ag_seconds(kBytes);
+  const Timeline with = simulate(two_units(true), toy_cluster());
+  // ag1 runs beside forward u0 (a < kF), so forward u1 follows forward u0 directly.
+  EXPECT_NEAR(with.summary.step_seconds, a + 2 * kF, 1e-12);
+  EXPECT_NEAR(with.summary.exposed_all_gather_seconds, a, 1e-12);
+  EXPECT_NEAR(with.ops[2].start, a, 1e-12);
+  const Timeline without = simulate(two_units(false), toy_cluster());
+  EXPECT_NEAR(without.summary.step_seconds, 2 * a + 2 * kF, 1e-12);
+  EXPECT_NEAR(without.summary.exposed_all_gather_seconds, 2 * a, 1e-12);
+  EXPECT_NEAR(without.summary.compute_seconds, 2 * kF, 1e-12);
+  // Critical path: ag0, f0, ag1, f1 without prefetch; ag0, f0, f1 with it.
+  EXPECT_EQ(without.critical_path, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(with.critical_path, (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_NEAR(without.summary.critical_path.all_gather, 2 * a, 1e-12);
+  EXPECT_NEAR(without.summary.critical_path.compute, 2 * kF, 1e-12);
+}
+
+// Backward of u1 then u0, each followed by its reduce-scatter; with async reduce off the
+// backward of u0 waits for the reduce-scatter of u1. Then the optimizer step.
+Plan backward_pass(bool async_reduce) {
+  PlanMaker m;
+  const int64_t b1 = m.compute(OpKind::backward, 2 * kF, {});
+  const int64_t rs1 = m.collective(Stream::rs, OpKind::reduce_scatter, kBytes, {b1});
+  const int64_t b0 = m.compute(OpKind::backward, 2 * kF,
+                               async_reduce ? std::vector<int64_t>{b1} : std::vector<int64_t>{rs1});
+  const int64_t rs0 = m.collective(Stream::rs, OpKind::reduce_scatter, kBytes, {b0});
+  m.add({.stream = Stream::compute, .kind = OpKind::optimizer_step, .bytes = 1e9}, {rs0, rs1});
+  return m.plan;
+}
+
+TEST(Simulate, AsyncReduceOverlapsTheReduceScatter) {
+  // Reduce-scatter over 2 ranks: the same ring cost as the all-gather of the same bytes.
+  const double r = ag_seconds(kBytes);
+  const double opt = 1e9 / 1e12;  // memory-bound: bytes ÷ HBM bandwidth
+  const Timeline async = simulate(backward_pass(true), toy_cluster());
+  EXPECT_NEAR(async.summary.step_seconds, 4 * kF + r + opt, 1e-12);
+  EXPECT_NEAR(async.summary.exposed_reduce_scatter_seconds, r, 1e-12);
+  const Timeline sync = simulate(backward_pass(false), toy_cluster());
+  EXPECT_NEAR(sync.summary.step_seconds, 4 * kF + 2 * r + opt, 1e-12);
+  EXPECT_NEAR(sync.summary.exposed_reduce_scatter_seconds, 2 * r, 1e-12);
+  EXPECT_NEAR(sync.summary.critical_path.optimizer, opt, 1e-12);
+}
+
+TEST(Simulate, ComputeOverlappingACollectiveSlowsDown) {
+  ClusterSpec c = toy_cluster();
+  c.compute.overlap_slowdown = 0.5;
+  PlanMaker m;
+  m.compute(OpKind::forward, kF, {});
+  m.collective(Stream::ag, OpKind::all_gather, kBytes, {});
+  const Timeline t = simulate(m.plan, c);
+  // While the gather runs (a seconds) the forward moves at 1/1.5; the rest at full speed.
+  const double a = ag_seconds(kBytes);
+  EXPECT_NEAR(t.ops[1].end, a, 1e-12);
+  EXPECT_NEAR(t.ops[0].end, a + (kF - a / 1.5), 1e-12);
+}
+
+TEST(Simulate, CollectivesOnOneTierShareItsBandwidth) {
+  PlanMaker m;
+  m.collective(Stream::ag, OpKind::all_gather, kBytes, {});
+  m.collective(Stream::rs, OpKind::reduce_scatter, 2 * kBytes, {});
+  const Timeline t = simulate(m.plan, toy_cluster());
+  // Both pay their 11.8 µs latency alone, then split the bus until the smaller is done.
+  const double l = 11.8e-6;
+  const double a = ag_seconds(kBytes), r = ag_seconds(2 * kBytes);
+  EXPECT_NEAR(t.ops[0].end, l + 2 * (a - l), 1e-12);
+  EXPECT_NEAR(t.ops[1].end, a + r - l, 1e-12);
+}
+
+// ---- properties over plans the planner builds
+
+FsdpConfig random_config(std::mt19937& rng) {
+  FsdpConfig c;
+  const std::vector<ShardingStrategy> strategies = {
+      ShardingStrategy::no_shard, ShardingStrategy::optim, ShardingStrategy::optim_grads,
+      ShardingStrategy::optim_grads_params};
+  c.sharding_strategy = strategies[rng() % strategies.size()];
+  c.forward_prefetch = static_cast<int64_t>(rng() % 3);
+  c.backward_prefetch = static_cast<int64_t>(rng() % 3);
+  c.grad_accum = 1 + static_cast<int64_t>(rng() % 3);
+  c.micro_batch = 1 + static_cast<int64_t>(rng() % 2);
+  c.seq_len = 512;
+  c.async_reduce = rng() % 2 == 0;
+  c.recompute = static_cast<Recompute>(rng() % 3);
+  c.allocator = rng() % 2 == 0 ? Allocator::pool : Allocator::caching;
+  if (rng() % 3 == 0) c.dp_outer = 2;
+  return c;
+}
+
+struct Case {
+  ModelSpec model = load_model("tiny");
+  ClusterSpec cluster = load_cluster("dgx-h100", 2, std::nullopt);
+  FsdpConfig config;
+};
+
+TEST(SimulateProperties, FasterHardwareNeverSlowsAStep) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    Case k;
+    k.config = resolve_fsdp_config(random_config(rng), k.model, k.cluster, "test");
+    const Plan plan = build_plan(k.model, k.cluster, k.config);
+    const double base = simulate(plan, k.cluster).summary.step_seconds;
+    for (int change = 0; change < 3; ++change) {
+      ClusterSpec faster = k.cluster;
+      if (change == 0) faster.gpu.bf16_dense_flops *= 2;
+      if (change == 1) faster.intra_node.measured_bus_bandwidth_bytes_per_s *= 2;
+      if (change == 2) faster.inter_node.measured_bus_bandwidth_bytes_per_s *= 2;
+      EXPECT_LE(simulate(plan, faster).summary.step_seconds, base * (1 + 1e-12))
+          << "trial " << trial << " change " << change;
+    }
+  }
+}
+
+TEST(SimulateProperties, PrefetchNeverExposesMoreAllGather) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 30; ++trial) {
+    Case k;
+    FsdpConfig c = random_config(rng);
+    c.sharding_strategy = ShardingStrategy::optim_grads_params;
+    c.forward_prefetch = c.backward_prefetch = 0;
+    const FsdpConfig none = resolve_fsdp_config(c, k.model, k.cluster, "test");
+    c.forward_prefetch = c.backward_prefetch = 1;
+    const FsdpConfig one = resolve_fsdp_config(c, k.model, k.cluster, "test");
+    const Timeline a = simulate(build_plan(k.model, k.cluster, none), k.cluster);
+    const Timeline b = simulate(build_plan(k.model, k.cluster, one), k.cluster);
+    EXPECT_LE(b.summary.exposed_all_gather_seconds,
+              a.summary.exposed_all_gather_seconds * (1 + 1e-9) + 1e-15)
+        << "trial " << trial;
+  }
+}
+
+TEST(SimulateProperties, MemoryCurveAgreesWithItsSummary) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 30; ++trial) {
+    Case k;
+    k.config = resolve_fsdp_config(random_config(rng), k.model, k.cluster, "test");
+    const Plan plan = build_plan(k.model, k.cluster, k.config);
+    const Timeline t = simulate(plan, k.cluster);
+    ASSERT_FALSE(t.memory.empty());
+    int64_t peak_allocated = 0, peak_reserved = 0;
+    for (const MemorySample& s : t.memory) {
+      EXPECT_GE(s.reserved, s.allocated) << "trial " << trial << " at " << s.time;
+      peak_allocated = std::max(peak_allocated, s.allocated);
+      peak_reserved = std::max(peak_reserved, s.reserved);
+    }
+    EXPECT_EQ(t.summary.peak_allocated_bytes, peak_allocated);
+    EXPECT_EQ(t.summary.peak_reserved_bytes, peak_reserved);
+    EXPECT_EQ(t.summary.fits, peak_reserved <= plan.capacity_bytes);
+    // Ops respect their dependencies and their streams run one op at a time.
+    for (const PlanOp& op : plan.ops) {
+      for (int64_t d : op.deps)
+        EXPECT_GE(t.ops[static_cast<std::size_t>(op.id)].start,
+                  t.ops[static_cast<std::size_t>(d)].end - 1e-15);
+    }
+    // The critical path spans the step: its op times add up to the step time.
+    const PathBreakdown& p = t.summary.critical_path;
+    EXPECT_NEAR(p.compute + p.all_gather + p.reduce_scatter + p.outer + p.optimizer,
+                t.summary.step_seconds, 1e-9 * t.summary.step_seconds);
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
