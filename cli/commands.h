@@ -63,6 +63,7 @@ struct SimulateParams {
   bool cluster_given = false;  // --cluster on the command line (with --plan: override)
   std::string trace_out;       // Chrome trace JSON
   std::string timeline_out;    // timeline.json (the simulator/executor schema)
+  std::string report;          // self-contained HTML page
   bool json = false;
 };
 

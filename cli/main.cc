@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
                        "write a Chrome trace (Perfetto, chrome://tracing)");
   simulate->add_option("--timeline-out", simulate_params.timeline_out,
                        "write the predicted timeline.json");
+  simulate->add_option("--report", simulate_params.report,
+                       "write a self-contained HTML report (summary, memory, pool, streams)");
   simulate->add_flag("--json", simulate_params.json, "machine-readable summary");
 
   shardplan::PackParams pack_params;

@@ -9,6 +9,7 @@
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
+#include "simulator/report.h"
 #include "simulator/simulate.h"
 
 namespace shardplan {
@@ -92,6 +93,7 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     write_file_atomically(p.trace_out, chrome_trace(timeline).dump() + "\n");
   if (!p.timeline_out.empty())
     write_file_atomically(p.timeline_out, timeline_to_json(timeline).dump(1) + "\n");
+  if (!p.report.empty()) write_file_atomically(p.report, html_report(plan, timeline));
   if (p.json) {
     nlohmann::json j = timeline_to_json(timeline);
     j.erase("ops");
@@ -102,7 +104,7 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     return 0;
   }
   print_summary(plan, timeline, out);
-  for (const std::string* path : {&p.trace_out, &p.timeline_out}) {
+  for (const std::string* path : {&p.trace_out, &p.timeline_out, &p.report}) {
     if (!path->empty()) out << "wrote " << *path << "\n";
   }
   return 0;

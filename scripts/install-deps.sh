@@ -8,6 +8,7 @@ packages=(
   libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  chromium  # headless, to check that simulate --report pages render
 )
 missing=()
 for package in "${packages[@]}"; do

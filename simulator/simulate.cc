@@ -163,25 +163,9 @@ struct MemoryEvent {
   int64_t buffer;
 };
 
-void simulate_memory(const Plan& plan, const std::vector<double>& start,
-                     const std::vector<double>& end, Timeline& t) {
-  const std::vector<int64_t> waiter = earliest_compute_waiters(plan);
+void simulate_memory(const Plan& plan, Timeline& t) {
+  const std::vector<BufferSpan> spans = buffer_spans(plan, t);
   const auto num_buffers = plan.buffers.size();
-  std::vector<double> alloc_at(num_buffers, std::numeric_limits<double>::infinity());
-  std::vector<double> free_at(num_buffers, 0);
-  for (const PlanOp& op : plan.ops) {
-    const auto i = static_cast<std::size_t>(op.id);
-    double released = end[i];
-    if (op.stream != Stream::compute && waiter[i] < static_cast<int64_t>(plan.ops.size()))
-      released = std::max(released, start[static_cast<std::size_t>(waiter[i])]);
-    for (const auto* list : {&op.reads, &op.writes}) {
-      for (int64_t b : *list) {
-        const auto bi = static_cast<std::size_t>(b);
-        alloc_at[bi] = std::min(alloc_at[bi], start[i]);
-        free_at[bi] = std::max(free_at[bi], released);
-      }
-    }
-  }
   const bool caching = plan.config.allocator == Allocator::caching;
   CachingAllocator allocator;
   std::vector<int64_t> handle(num_buffers, -1);
@@ -194,9 +178,9 @@ void simulate_memory(const Plan& plan, const std::vector<double>& start,
       if (caching) handle[bi] = allocator.allocate(b.bytes);
       continue;
     }
-    if (b.bytes <= 0 || !(alloc_at[bi] < std::numeric_limits<double>::infinity())) continue;
-    events.push_back({alloc_at[bi], true, b.id});
-    events.push_back({std::max(free_at[bi], alloc_at[bi]), false, b.id});
+    if (b.bytes <= 0 || !spans[bi].used) continue;
+    events.push_back({spans[bi].alloc, true, b.id});
+    events.push_back({spans[bi].free, false, b.id});
   }
   std::sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
     if (a.time != b.time) return a.time < b.time;
@@ -240,6 +224,36 @@ void simulate_memory(const Plan& plan, const std::vector<double>& start,
 }
 
 }  // namespace
+
+std::vector<BufferSpan> buffer_spans(const Plan& plan, const Timeline& timeline) {
+  const std::vector<int64_t> waiter = earliest_compute_waiters(plan);
+  const auto n = plan.ops.size();
+  if (timeline.ops.size() != n) throw std::logic_error("buffer_spans: timeline of another plan");
+  const double step = timeline.summary.step_seconds;
+  std::vector<BufferSpan> spans(plan.buffers.size());
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.persistent) spans[static_cast<std::size_t>(b.id)] = {0, step, true};
+  }
+  for (const PlanOp& op : plan.ops) {
+    const TimelineOp& timed = timeline.ops[static_cast<std::size_t>(op.id)];
+    double released = timed.end;
+    if (op.stream != Stream::compute &&
+        waiter[static_cast<std::size_t>(op.id)] < static_cast<int64_t>(n))
+      released = std::max(
+          released,
+          timeline.ops[static_cast<std::size_t>(waiter[static_cast<std::size_t>(op.id)])].start);
+    for (const auto* list : {&op.reads, &op.writes}) {
+      for (int64_t id : *list) {
+        BufferSpan& s = spans[static_cast<std::size_t>(id)];
+        if (plan.buffers[static_cast<std::size_t>(id)].persistent) continue;
+        s.alloc = s.used ? std::min(s.alloc, timed.start) : timed.start;
+        s.free = s.used ? std::max(s.free, released) : released;
+        s.used = true;
+      }
+    }
+  }
+  return spans;
+}
 
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   const auto n = plan.ops.size();
@@ -313,7 +327,7 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
     }
   }
 
-  simulate_memory(plan, start, end, t);
+  simulate_memory(plan, t);
   s.capacity_bytes = plan.capacity_bytes;
   s.fits = s.peak_reserved_bytes <= s.capacity_bytes;
   return t;

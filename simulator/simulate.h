@@ -18,4 +18,15 @@ namespace shardplan {
 // walked back from the last op through whichever predecessor finished last.
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster);
 
+// When each buffer holds memory in `timeline` (the plan's ops with their times): a
+// transient buffer from the start of its first op to the end of its last use (a use on a
+// communication stream ends when the compute stream waits for it); persistent buffers
+// the whole step. `used` is false for a buffer no op touches.
+struct BufferSpan {
+  double alloc = 0;
+  double free = 0;
+  bool used = false;
+};
+std::vector<BufferSpan> buffer_spans(const Plan& plan, const Timeline& timeline);
+
 }  // namespace shardplan

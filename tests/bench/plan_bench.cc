@@ -7,6 +7,7 @@
 #include "planner/fsdp_config.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_validator.h"
+#include "simulator/simulate.h"
 
 namespace {
 
@@ -59,5 +60,31 @@ void BM_BuildPlan8B(benchmark::State& state) {
     benchmark::DoNotOptimize(shardplan::build_plan(s.model, s.cluster, s.config).pool.size_bytes);
 }
 BENCHMARK(BM_BuildPlan8B)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+namespace {
+
+// Issue 6's target: plan + simulate llama3.1-405b on 1024 GPUs with 8 micro-batches in
+// under 20 ms together.
+void BM_PlanAndSimulate405B(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 8, "full");
+  double step = 0;
+  for (auto _ : state) {
+    const shardplan::Plan plan = shardplan::build_plan(s.model, s.cluster, s.config);
+    step = shardplan::simulate(plan, s.cluster).summary.step_seconds;
+    benchmark::DoNotOptimize(step);
+  }
+  state.counters["step_s"] = step;
+}
+BENCHMARK(BM_PlanAndSimulate405B)->Unit(benchmark::kMillisecond);
+
+void BM_Simulate405B(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 8, "full");
+  const shardplan::Plan plan = shardplan::build_plan(s.model, s.cluster, s.config);
+  for (auto _ : state) benchmark::DoNotOptimize(shardplan::simulate(plan, s.cluster));
+  state.counters["ops"] = static_cast<double>(plan.ops.size());
+}
+BENCHMARK(BM_Simulate405B)->Unit(benchmark::kMillisecond);
 
 }  // namespace
