@@ -124,6 +124,26 @@ TEST(ClusterFile, BadFieldsNameTheirPath) {
   j = good;
   j["nccl"]["nvls"] = "yes";
   expect_error(j, "/nccl/nvls", "true or false");
+  j = good;
+  j["compute"]["gemm_efficiency"] = 1.5;
+  expect_error(j, "/compute/gemm_efficiency", "must be in (0, 1]");
+  j = good;
+  j["compute"]["overlap_slowdown"] = -0.1;
+  expect_error(j, "/compute/overlap_slowdown", "must be in [0, 4]");
+  j = good;
+  j["compute"]["gemm_eficiency"] = 0.5;
+  expect_error(j, "/compute/gemm_eficiency", "did you mean 'gemm_efficiency'");
+}
+
+TEST(ClusterFile, ComputeSectionIsOptional) {
+  nlohmann::json j = parse_json_text(cluster_zoo_files().front().text, "x");
+  j.erase("compute");
+  const ClusterSpec defaults = cluster_from_json(j, "mine.json");
+  EXPECT_DOUBLE_EQ(defaults.compute.overlap_slowdown, 0.189);  // Lee et al. 2025
+  j["compute"] = {{"gemm_efficiency", 0.6}};
+  const ClusterSpec partial = cluster_from_json(j, "mine.json");
+  EXPECT_DOUBLE_EQ(partial.compute.gemm_efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(partial.compute.attention_efficiency, ComputeSpec{}.attention_efficiency);
 }
 
 }  // namespace

@@ -207,7 +207,7 @@ TEST(SimulateProperties, FasterHardwareNeverSlowsAStep) {
   }
 }
 
-TEST(SimulateProperties, PrefetchNeverExposesMoreAllGather) {
+TEST(SimulateProperties, PrefetchNeverExposesMoreCommunication) {
   std::mt19937 rng(12);
   for (int trial = 0; trial < 30; ++trial) {
     Case k;
@@ -222,6 +222,11 @@ TEST(SimulateProperties, PrefetchNeverExposesMoreAllGather) {
     EXPECT_LE(b.summary.exposed_all_gather_seconds,
               a.summary.exposed_all_gather_seconds * (1 + 1e-9) + 1e-15)
         << "trial " << trial;
+    auto exposed = [](const TimelineSummary& s) {
+      return s.exposed_all_gather_seconds + s.exposed_reduce_scatter_seconds +
+             s.exposed_outer_seconds;
+    };
+    EXPECT_LE(exposed(b.summary), exposed(a.summary) * (1 + 1e-9) + 1e-15) << "trial " << trial;
   }
 }
 
@@ -252,6 +257,38 @@ TEST(SimulateProperties, MemoryCurveAgreesWithItsSummary) {
     const PathBreakdown& p = t.summary.critical_path;
     EXPECT_NEAR(p.compute + p.all_gather + p.reduce_scatter + p.outer + p.optimizer,
                 t.summary.step_seconds, 1e-9 * t.summary.step_seconds);
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// Published measurements the whole model (FLOPs, kernel efficiencies, NCCL, overlap) is
+// held against: torchtitan's docs/performance.md, Llama 3 with FSDP2 on 64 A100 80GB
+// (8 nodes), local batch 1, sequence 8192 (torchtitan's default): 8B with selective op
+// checkpointing 2973 tokens/s per GPU (MFU 58.2 %); 70B with full checkpointing 331
+// tokens/s per GPU (MFU 51.7 %).
+TEST(SimulatePublished, TorchtitanLlama3OnA100WithinFifteenPercent) {
+  const ClusterSpec cluster = load_cluster("dgx-a100", 8, std::nullopt);
+  struct Anchor {
+    const char* model;
+    Recompute recompute;
+    double tokens_per_second;
+  };
+  for (const Anchor& a : {Anchor{"llama3-8b", Recompute::selective, 2973},
+                          Anchor{"llama3-70b", Recompute::full, 331}}) {
+    const ModelSpec model = load_model(a.model);
+    FsdpConfig c;
+    c.micro_batch = 1;
+    c.seq_len = 8192;
+    c.recompute = a.recompute;
+    const Plan plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "test"));
+    const Timeline t = simulate(plan, cluster);
+    EXPECT_NEAR(t.summary.tokens_per_second_per_gpu / a.tokens_per_second, 1.0, 0.15) << a.model;
+    EXPECT_TRUE(t.summary.fits) << a.model;
   }
 }
 
