@@ -71,7 +71,8 @@ std::unique_ptr<OffsetAssigner> make_best_fit_assigner();
 // at its lowest possible offset), pruning with per-section floors plus unplaced totals
 // and with dominance (never leave a gap an unplaced buffer fits below), restarting over
 // several static orders with doubling node limits, solving independent time partitions
-// apart; a binary search on C minimises the height. Stops at the time or node limit
+// apart; a binary search on C minimises the height (two searches with different first
+// orders on two cores when only the clock bounds it). Stops at the time or node limit
 // with the best found.
 std::unique_ptr<OffsetAssigner> make_exact_assigner();
 

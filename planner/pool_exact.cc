@@ -16,8 +16,11 @@
 // that buffer fits into.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <numeric>
+#include <thread>
 
 #include "planner/pool.h"
 
@@ -153,6 +156,13 @@ std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& bu
   return order;
 }
 
+// Concurrent minimisations bisect on their own (sharing bounds would change which
+// capacities each probes, and that is what makes one of them lucky); they share only the
+// news that the optimum is proven, which stops them all.
+struct Shared {
+  std::atomic<bool> done{false};
+};
+
 enum class Outcome { found, exhausted, aborted };
 
 // Above this many sections touched by one placement, the floor refinement is skipped.
@@ -165,13 +175,14 @@ constexpr std::size_t kMaxFloorSections = 1024;
 class Search {
  public:
   Search(const Instance& in, int64_t capacity, const Heuristic& heuristic,
-         Clock::time_point deadline, int64_t* nodes_left, int64_t* nodes)
+         Clock::time_point deadline, int64_t* nodes_left, int64_t* nodes, const Shared* shared)
       : in_(in),
         capacity_(capacity),
         heuristic_(heuristic),
         deadline_(deadline),
         nodes_left_(*nodes_left),
-        nodes_(*nodes) {}
+        nodes_(*nodes),
+        shared_(shared) {}
 
   Outcome run(const std::vector<int32_t>& buffers, std::pair<int32_t, int32_t> sections,
               std::vector<int64_t>& offsets) {
@@ -218,6 +229,8 @@ class Search {
     ++nodes_;
     // A node of a large instance costs microseconds; the clock costs nanoseconds.
     if (Clock::now() > deadline_) return Outcome::aborted;
+    if (shared_ != nullptr && shared_->done.load(std::memory_order_relaxed))
+      return Outcome::aborted;
     int64_t min_height = INT64_MAX;
     bool any = false;
     for (int32_t b : buffers) {
@@ -379,6 +392,7 @@ class Search {
   Clock::time_point deadline_;
   int64_t& nodes_left_;
   int64_t& nodes_;
+  const Shared* shared_;
   std::vector<int64_t> offset_, min_offset_, solution_, floor_, total_;
   std::vector<int32_t> rank_, cuts_;
   std::vector<int64_t> section_stamp_;
@@ -389,7 +403,8 @@ class Search {
 
 // Decides one capacity for all partitions; `offsets` is filled when the answer is yes.
 Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline,
-               int64_t node_budget, int64_t& nodes, std::vector<int64_t>& offsets) {
+               int64_t node_budget, int64_t& nodes, std::vector<int64_t>& offsets,
+               std::size_t rotation, const Shared* shared) {
   for (std::size_t p = 0; p < in.partitions.size(); ++p) {
     const auto& buffers = in.partitions[p];
     if (buffers.empty()) continue;
@@ -399,11 +414,12 @@ Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline,
     Outcome outcome = Outcome::aborted;
     while (outcome == Outcome::aborted) {
       limit *= 2;
-      for (const Heuristic& heuristic : kHeuristics) {
+      for (std::size_t k = 0; k < kHeuristics.size(); ++k) {
+        const Heuristic& heuristic = kHeuristics[(k + rotation) % kHeuristics.size()];
         int64_t left = node_budget > 0 ? std::min(limit, node_budget - nodes) : limit;
         if (left <= 0 || Clock::now() > deadline) return Outcome::aborted;
         const bool capped = left < limit;
-        Search search(in, capacity, heuristic, deadline, &left, &nodes);
+        Search search(in, capacity, heuristic, deadline, &left, &nodes, shared);
         outcome = search.run(buffers, in.partition_sections[p], offsets);
         if (outcome != Outcome::aborted) break;
         if (capped || Clock::now() > deadline) return Outcome::aborted;
@@ -412,6 +428,59 @@ Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline,
     if (outcome == Outcome::exhausted) return Outcome::exhausted;
   }
   return Outcome::found;
+}
+
+struct Trajectory {
+  std::vector<int64_t> offsets;  // empty unless it found a placement
+  int64_t height = INT64_MAX;
+  int64_t proven_below = 0;  // no placement is lower than this
+  int64_t nodes = 0;
+};
+
+// Feasibility is monotone in the capacity: probe the lower bound first (tight instances
+// end there), then bisect between what is known to fit and what is not. A probe that runs
+// out of budget proves nothing; the bisection moves up past it, and when it runs out of
+// room a new pass starts again from the proven bound with twice the time per probe, so a
+// long limit is spent on the hard capacities, not lost on one. With a node budget the run
+// must not depend on the clock: one pass, the probes share the nodes and the time limit
+// stays only a safety net. `rotation` picks the static order tried first.
+Trajectory minimise(const Instance& in, const std::vector<PoolRequest>& requests,
+                    const PackOptions& options, int64_t lower_bound, int64_t initial_hi,
+                    Clock::time_point start, Clock::time_point deadline, std::size_t rotation,
+                    Shared& shared) {
+  Trajectory t{.proven_below = lower_bound};
+  std::vector<int64_t> offsets(requests.size(), 0);
+  const bool by_nodes = options.node_limit > 0;
+  auto probe_time = (deadline - start) / 8;
+  int64_t hi = initial_hi;
+  for (int pass = 0; t.proven_below <= hi && Clock::now() < deadline; ++pass) {
+    if ((by_nodes && pass > 0) || shared.done.load()) break;
+    int64_t lo = t.proven_below;
+    for (bool first = true; lo <= hi && Clock::now() < deadline; first = false) {
+      const int64_t probe = first ? lo : lo + (hi - lo) / 2;
+      // Most instances fit at the lower bound: it gets twice the time of the others.
+      const auto probe_deadline =
+          by_nodes ? deadline : std::min(deadline, Clock::now() + (first ? 2 : 1) * probe_time);
+      const Outcome outcome = decide(in, probe, probe_deadline, options.node_limit, t.nodes,
+                                     offsets, rotation, by_nodes ? nullptr : &shared);
+      if (outcome == Outcome::found) {
+        t.offsets = offsets;
+        t.height = 0;
+        for (std::size_t i = 0; i < requests.size(); ++i)
+          t.height = std::max(t.height, offsets[i] + requests[i].bytes);
+        hi = t.height - 1;
+      } else {
+        // Infeasible at `probe` means infeasible at every smaller capacity too.
+        if (outcome == Outcome::exhausted) t.proven_below = std::max(t.proven_below, probe + 1);
+        lo = probe + 1;
+      }
+      if (by_nodes && t.nodes >= options.node_limit) break;
+    }
+    probe_time *= 2;
+  }
+  // Proven optimal (or nothing below the start exists): the others may stop.
+  if (t.proven_below > hi) shared.done = true;
+  return t;
 }
 
 class ExactAssigner final : public OffsetAssigner {
@@ -428,48 +497,38 @@ class ExactAssigner final : public OffsetAssigner {
     PoolAssignment best =
         make_best_fit_assigner()->assign(requests, PackOptions{.alignment = options.alignment});
     best.status = PackStatus::solved;
-    // Feasibility is monotone in the capacity: probe the lower bound first (tight
-    // instances end there), then bisect between what is known to fit and what is not.
-    // A probe that runs out of budget proves nothing; the bisection moves up past it, and
-    // when it runs out of room a new pass starts again from the proven bound with twice
-    // the time per probe, so a long limit is spent on the hard capacities, not lost on
-    // one. With a node budget the run must not depend on the clock: one pass, the probes
-    // share the nodes and the time limit stays only a safety net.
-    int64_t proven_below = live_bytes_lower_bound(requests);  // nothing smaller fits
     int64_t hi = best.size_bytes - 1;
     if (options.capacity) hi = std::min(hi, *options.capacity);
-    int64_t nodes = 0;
-    std::vector<int64_t> offsets(requests.size(), 0);
-    const bool by_nodes = options.node_limit > 0;
-    auto probe_time = (deadline - start) / 8;
-    for (int pass = 0; proven_below <= hi && Clock::now() < deadline; ++pass) {
-      if (by_nodes && pass > 0) break;
-      int64_t lo = proven_below;
-      for (bool first = true; lo <= hi && Clock::now() < deadline; first = false) {
-        const int64_t probe = first ? lo : lo + (hi - lo) / 2;
-        // Most instances fit at the lower bound: it gets twice the time of the others.
-        const auto probe_deadline =
-            by_nodes ? deadline : std::min(deadline, Clock::now() + (first ? 2 : 1) * probe_time);
-        const Outcome outcome =
-            decide(in, probe, probe_deadline, options.node_limit, nodes, offsets);
-        if (outcome == Outcome::found) {
-          best.offsets = offsets;
-          best.size_bytes = 0;
-          for (std::size_t i = 0; i < requests.size(); ++i)
-            best.size_bytes = std::max(best.size_bytes, offsets[i] + requests[i].bytes);
-          hi = best.size_bytes - 1;
-        } else {
-          // Infeasible at `probe` means infeasible at every smaller capacity too.
-          if (outcome == Outcome::exhausted) proven_below = std::max(proven_below, probe + 1);
-          lo = probe + 1;
-        }
-        if (by_nodes && nodes >= options.node_limit) break;
-      }
-      probe_time *= 2;
+    Shared shared;
+    const int64_t lower_bound = live_bytes_lower_bound(requests);  // nothing smaller fits
+    // How hard a capacity is to decide depends erratically on the order tried first (on
+    // challenging D, starting with "TWA" reaches 1031168 in 6 s where "WAT" stalls at
+    // 1045504), so a clock-bound run sends a second minimisation with another first order
+    // to the second core. A node-bound run stays one deterministic trajectory.
+    std::vector<std::future<Trajectory>> runs;
+    const std::size_t trajectories =
+        options.node_limit > 0
+            ? 1
+            : std::min<std::size_t>(2, std::max(1u, std::thread::hardware_concurrency()));
+    for (std::size_t k = 0; k < trajectories; ++k) {
+      runs.push_back(std::async(k == 0 ? std::launch::deferred : std::launch::async, [&, k] {
+        return minimise(in, requests, options, lower_bound, hi, start, deadline, 2 * k, shared);
+      }));
     }
-    const bool lo_proven = proven_below >= best.size_bytes;
-    best.nodes = nodes;
-    best.proven_optimal = lo_proven;
+    // The first runs on this thread; ties go to the first, for the same result on reruns
+    // whenever both finish.
+    best.nodes = 0;
+    int64_t proven_below = lower_bound;
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      Trajectory t = runs[k].get();
+      best.nodes += t.nodes;
+      proven_below = std::max(proven_below, t.proven_below);
+      if (t.height < best.size_bytes) {
+        best.size_bytes = t.height;
+        best.offsets = std::move(t.offsets);
+      }
+    }
+    best.proven_optimal = proven_below >= best.size_bytes;
     if (options.capacity && best.size_bytes > *options.capacity) {
       best.status =
           proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
