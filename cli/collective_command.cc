@@ -12,40 +12,6 @@
 namespace shardplan {
 namespace {
 
-// "4096", "64K", "64KiB" (binary, as nccl-tests' -b/-e read them), "1GB" (decimal).
-double parse_size(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw InputError("", "--bytes",
-                     fmt::format("expected a size such as 4096, 64K, 1GiB; got '{}'", text));
-  }
-  const std::string unit = text.substr(used);
-  const std::vector<std::pair<std::string, double>> units = {{"", 1},
-                                                             {"B", 1},
-                                                             {"K", 1024.0},
-                                                             {"KiB", 1024.0},
-                                                             {"KB", 1e3},
-                                                             {"M", 1048576.0},
-                                                             {"MiB", 1048576.0},
-                                                             {"MB", 1e6},
-                                                             {"G", 1073741824.0},
-                                                             {"GiB", 1073741824.0},
-                                                             {"GB", 1e9}};
-  for (const auto& [name, scale] : units) {
-    if (unit == name) {
-      if (!(value > 0) || !std::isfinite(value))
-        throw InputError("", "--bytes", "must be positive");
-      return value * scale;
-    }
-  }
-  throw InputError(
-      "", "--bytes",
-      fmt::format("unknown unit '{}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)", unit));
-}
-
 Collective parse_op(const std::string& text) {
   if (auto op = parse_collective(text)) return *op;
   throw InputError("", "--op", unknown_name_message("collective", text, collective_names()));
@@ -88,7 +54,7 @@ int run_collective(const CollectiveParams& p, std::ostream& out) {
     for (double bytes = 1024; bytes <= 8.0 * 1073741824.0; bytes *= 2) sizes.push_back(bytes);
   } else {
     if (p.bytes.empty()) throw InputError("", "--bytes", "give a size, or --sweep");
-    sizes.push_back(parse_size(p.bytes));
+    sizes.push_back(parse_size(p.bytes, "--bytes"));
   }
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::vector<std::string>> table;

@@ -67,6 +67,26 @@ struct SimulateParams {
   bool json = false;
 };
 
+struct SweepParams {
+  JobParams job;                        // model, cluster, GPUs and the base config
+  std::string space_file;               // search space JSON; empty = the default space
+  std::vector<std::string> strategies;  // override lists (each replaces the space's)
+  std::vector<int64_t> dp_outer;
+  std::vector<int64_t> prefetch;
+  std::vector<std::string> recompute;
+  std::vector<int64_t> micro_batch;
+  std::optional<int64_t> global_batch;         // sequences per step
+  std::optional<int64_t> global_batch_tokens;  // or tokens per step
+  std::string mem_cap;                         // "70GiB"; empty = GPU memory less 5 %
+  int threads = 0;                             // 0 = every core
+  int top = 10;
+  bool no_prune = false;
+  bool json = false;
+  std::string csv;          // every point, with the Pareto flag
+  std::string report;       // HTML page
+  std::string emit_config;  // the winner as a config file
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -76,6 +96,7 @@ int run_plan(const PlanParams& params, std::ostream& out);
 int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
+int run_sweep(const SweepParams& params, std::ostream& out, std::ostream& progress);
 int run_version(bool json, std::ostream& out);
 
 }  // namespace shardplan

@@ -105,6 +105,40 @@ int main(int argc, char** argv) {
                        "write a self-contained HTML report (summary, memory, pool, streams)");
   simulate->add_flag("--json", simulate_params.json, "machine-readable summary");
 
+  shardplan::SweepParams sweep_params;
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "search sharding, prefetch, recompute and micro-batch for the fastest plan that fits");
+  add_job_options(*sweep, sweep_params.job);
+  sweep
+      ->add_option("--space", sweep_params.space_file,
+                   "search space JSON (default: the usual space)")
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--strategies", sweep_params.strategies, "sharding strategies to try")
+      ->delimiter(',');
+  sweep->add_option("--dp-outer", sweep_params.dp_outer, "HSDP outer sizes to try")->delimiter(',');
+  sweep->add_option("--prefetch", sweep_params.prefetch, "prefetch depths to try")->delimiter(',');
+  sweep->add_option("--recompute", sweep_params.recompute, "recompute modes to try")
+      ->delimiter(',');
+  sweep->add_option("--micro-batch", sweep_params.micro_batch, "micro-batch sizes to try")
+      ->delimiter(',');
+  sweep->add_option("--global-batch", sweep_params.global_batch, "sequences per step, all GPUs")
+      ->check(kPositive);
+  sweep
+      ->add_option("--global-batch-tokens", sweep_params.global_batch_tokens,
+                   "tokens per step, all GPUs")
+      ->check(kPositive);
+  sweep->add_option("--mem-cap", sweep_params.mem_cap,
+                    "peak memory allowed per GPU, e.g. 70GiB (default: GPU memory less 5 %)");
+  sweep->add_option("-j,--jobs", sweep_params.threads, "threads (default: every core)");
+  sweep->add_option("--top", sweep_params.top, "rows of the ranked table")->capture_default_str();
+  sweep->add_flag("--no-prune", sweep_params.no_prune, "simulate even what cannot fit");
+  sweep->add_option("--csv", sweep_params.csv, "write every configuration as CSV");
+  sweep->add_option("--report", sweep_params.report, "write an HTML report with the Pareto chart");
+  sweep->add_option("--emit-config", sweep_params.emit_config,
+                    "write the winner as a config file for plan, simulate and execute");
+  sweep->add_flag("--json", sweep_params.json, "machine-readable output");
+
   shardplan::PackParams pack_params;
   auto* pack =
       app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
@@ -162,6 +196,7 @@ int main(int argc, char** argv) {
     if (*describe) return shardplan::run_describe(describe_params, std::cout);
     if (*plan) return shardplan::run_plan(plan_params, std::cout);
     if (*pack) return shardplan::run_pack(pack_params, std::cout);
+    if (*sweep) return shardplan::run_sweep(sweep_params, std::cout, std::cerr);
     if (*simulate) {
       simulate_params.cluster_given = simulate->count("--cluster") > 0;
       if (!simulate_params.plan.empty()) {

@@ -5,7 +5,41 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/error.h"
+
 namespace shardplan {
+
+// "4096", "64K", "64KiB" (binary, as nccl-tests' -b/-e read them), "1GB" (decimal).
+double parse_size(const std::string& text, const std::string& flag) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw InputError("", flag,
+                     fmt::format("expected a size such as 4096, 64K, 1GiB; got '{}'", text));
+  }
+  const std::string unit = text.substr(used);
+  const std::vector<std::pair<std::string, double>> units = {{"", 1},
+                                                             {"B", 1},
+                                                             {"K", 1024.0},
+                                                             {"KiB", 1024.0},
+                                                             {"KB", 1e3},
+                                                             {"M", 1048576.0},
+                                                             {"MiB", 1048576.0},
+                                                             {"MB", 1e6},
+                                                             {"G", 1073741824.0},
+                                                             {"GiB", 1073741824.0},
+                                                             {"GB", 1e9}};
+  for (const auto& [name, scale] : units) {
+    if (unit == name) {
+      if (!(value > 0) || !std::isfinite(value)) throw InputError("", flag, "must be positive");
+      return value * scale;
+    }
+  }
+  throw InputError(
+      "", flag, fmt::format("unknown unit '{}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)", unit));
+}
 
 std::string format_bytes(double bytes) {
   const double magnitude = std::fabs(bytes);

@@ -13,6 +13,10 @@ std::string format_count(double count);
 // "989.4 T", "1.98 P" FLOP-style decimal prefixes.
 std::string format_si(double value);
 
+// "4096", "64K", "64KiB" (binary, as nccl-tests' -b/-e read them), "1GB" (decimal): a
+// positive size in bytes; anything else is an InputError naming `flag`.
+double parse_size(const std::string& text, const std::string& flag);
+
 // A plain text table: a header row, then rows; columns are padded to the widest cell.
 // Columns listed in `right_aligned` (0-based) are right-aligned (numbers).
 std::string render_table(const std::vector<std::string>& header,

@@ -59,6 +59,25 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 
 }  // namespace
 
+std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text) {
+  return value_of(kStrategies, text);
+}
+std::optional<OuterStrategy> parse_outer_strategy(std::string_view text) {
+  return value_of(kOuter, text);
+}
+std::optional<Allocator> parse_allocator(std::string_view text) {
+  return value_of(kAllocators, text);
+}
+std::vector<std::string> sharding_strategy_names() {
+  return names_of(kStrategies);
+}
+std::vector<std::string> outer_strategy_names() {
+  return names_of(kOuter);
+}
+std::vector<std::string> allocator_names() {
+  return names_of(kAllocators);
+}
+
 std::string_view sharding_strategy_name(ShardingStrategy s) {
   return name_of(kStrategies, s);
 }

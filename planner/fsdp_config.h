@@ -58,6 +58,12 @@ std::string_view sharding_strategy_name(ShardingStrategy s);
 std::string_view outer_strategy_name(OuterStrategy s);
 std::string_view fp8_recipe_name(Fp8Recipe r);
 std::string_view allocator_name(Allocator a);
+std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text);
+std::optional<OuterStrategy> parse_outer_strategy(std::string_view text);
+std::optional<Allocator> parse_allocator(std::string_view text);
+std::vector<std::string> sharding_strategy_names();
+std::vector<std::string> outer_strategy_names();
+std::vector<std::string> allocator_names();
 std::string_view optimizer_name(Optimizer o);
 
 // The field names a config file may use, in documentation order.

@@ -1,0 +1,305 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/job.h"
+#include "cli/text_format.h"
+#include "models/error.h"
+#include "models/json_reader.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_json.h"
+#include "planner/sweep.h"
+#include "simulator/simulate.h"
+#include "simulator/sweep_report.h"
+
+namespace shardplan {
+namespace {
+
+std::string seconds_text(double s) {
+  return s >= 1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.1f} ms", s * 1e3);
+}
+
+SearchSpace build_space(const SweepParams& p, const Job& job) {
+  SearchSpace space = default_search_space(job.model, job.cluster, job.config);
+  if (!p.space_file.empty())
+    space = search_space_from_json(read_json_file(p.space_file), p.space_file, space);
+  // Flags replace single lists of the space; they go through the same reader.
+  nlohmann::json flags = nlohmann::json::object();
+  if (!p.strategies.empty()) flags["sharding_strategy"] = p.strategies;
+  if (!p.dp_outer.empty()) flags["dp_outer"] = p.dp_outer;
+  if (!p.prefetch.empty()) flags["prefetch"] = p.prefetch;
+  if (!p.recompute.empty()) flags["recompute"] = p.recompute;
+  if (!p.micro_batch.empty()) flags["micro_batch"] = p.micro_batch;
+  if (p.global_batch) flags["global_batch_sequences"] = *p.global_batch;
+  if (p.global_batch_tokens) flags["global_batch_tokens"] = *p.global_batch_tokens;
+  if (p.global_batch && p.global_batch_tokens)
+    throw InputError("", "--global-batch-tokens", "give --global-batch or --global-batch-tokens");
+  if (!flags.empty()) {
+    if (p.global_batch || p.global_batch_tokens) space.global_batch_sequences = 0;
+    space = search_space_from_json(flags, "flags", space);
+  }
+  for (int64_t outer : space.dp_outer) {
+    if (job.cluster.num_gpus % outer != 0) {
+      throw InputError(p.space_file.empty() ? "" : p.space_file, "dp_outer",
+                       fmt::format("{} does not divide the {} GPUs", outer, job.cluster.num_gpus));
+    }
+  }
+  return space;
+}
+
+nlohmann::json point_json(const SweepPoint& p) {
+  nlohmann::json j = {{"config", fsdp_config_to_json(p.config)},
+                      {"label", describe_config(p.config)},
+                      {"state", p.state == PointState::evaluated ? "evaluated"
+                                : p.state == PointState::pruned  ? "pruned"
+                                                                 : "invalid"}};
+  if (!p.reason.empty()) j["reason"] = p.reason;
+  if (p.state == PointState::evaluated) {
+    const TimelineSummary& s = p.summary;
+    j["step_seconds"] = s.step_seconds;
+    j["tokens_per_second_per_gpu"] = s.tokens_per_second_per_gpu;
+    j["mfu"] = s.mfu;
+    j["peak_reserved_bytes"] = s.peak_reserved_bytes;
+    j["peak_allocated_bytes"] = s.peak_allocated_bytes;
+    j["exposed_all_gather_seconds"] = s.exposed_all_gather_seconds;
+    j["exposed_reduce_scatter_seconds"] = s.exposed_reduce_scatter_seconds;
+    j["exposed_outer_seconds"] = s.exposed_outer_seconds;
+    j["critical_path"] = {{"compute", s.critical_path.compute},
+                          {"all_gather", s.critical_path.all_gather},
+                          {"reduce_scatter", s.critical_path.reduce_scatter},
+                          {"outer", s.critical_path.outer},
+                          {"optimizer", s.critical_path.optimizer}};
+    j["fits"] = p.fits;
+    j["pareto"] = p.pareto;
+  }
+  return j;
+}
+
+std::string csv_text(const SweepResult& r) {
+  std::string out =
+      "index,label,sharding_strategy,dp_shard,dp_outer,outer_strategy,bucket_bytes,prefetch,"
+      "recompute,micro_batch,grad_accum,fp8_param_gather,double_buffer,allocator,state,"
+      "step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto\n";
+  for (std::size_t i = 0; i < r.points.size(); ++i) {
+    const SweepPoint& p = r.points[i];
+    const FsdpConfig& c = p.config;
+    const bool ok = p.state == PointState::evaluated;
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i,
+                       describe_config(c), sharding_strategy_name(c.sharding_strategy), c.dp_shard,
+                       c.dp_outer, outer_strategy_name(c.outer_strategy),
+                       c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
+                       recompute_name(c.recompute), c.micro_batch, c.grad_accum, c.fp8_param_gather,
+                       c.double_buffer, allocator_name(c.allocator),
+                       ok                              ? "evaluated"
+                       : p.state == PointState::pruned ? "pruned"
+                                                       : "invalid",
+                       ok ? fmt::format("{:.9g}", p.summary.step_seconds) : "",
+                       ok ? fmt::format("{:.6g}", p.summary.tokens_per_second_per_gpu) : "",
+                       ok ? fmt::format("{:.6g}", p.summary.mfu) : "",
+                       ok ? std::to_string(p.summary.peak_reserved_bytes) : "", ok && p.fits,
+                       p.pareto);
+  }
+  return out;
+}
+
+// Nothing fits: the evaluated point with the least memory, and the fewest GPUs (in
+// doublings of the node count) at which it would fit.
+std::string no_fit_advice(const SweepResult& r, const SearchSpace& space, const Job& job,
+                          const Evaluator& evaluate) {
+  const SweepPoint* lowest = nullptr;
+  for (const SweepPoint& p : r.points) {
+    if (p.state == PointState::evaluated &&
+        (lowest == nullptr || p.summary.peak_reserved_bytes < lowest->summary.peak_reserved_bytes))
+      lowest = &p;
+  }
+  std::string text = fmt::format("Nothing fits under the {} cap.\n",
+                                 format_bytes(static_cast<double>(r.memory_cap)));
+  if (lowest == nullptr) {
+    const SweepPoint* smallest = nullptr;
+    for (const SweepPoint& p : r.points) {
+      if (p.state == PointState::pruned &&
+          (smallest == nullptr || p.memory_lower_bound < smallest->memory_lower_bound))
+        smallest = &p;
+    }
+    if (smallest != nullptr) {
+      text += fmt::format(
+          "Every configuration was pruned: even {} needs at least {} for persistent state.\n",
+          describe_config(smallest->config), format_bytes(smallest->memory_lower_bound));
+    }
+  } else {
+    text += fmt::format(
+        "The least memory: {} peaks at {} ({} over).\n", describe_config(lowest->config),
+        format_bytes(static_cast<double>(lowest->summary.peak_reserved_bytes)),
+        format_bytes(static_cast<double>(lowest->summary.peak_reserved_bytes - r.memory_cap)));
+  }
+  const bool has_full = std::find(space.recompute.begin(), space.recompute.end(),
+                                  Recompute::full) != space.recompute.end();
+  const bool has_mb1 = std::find(space.micro_batches.begin(), space.micro_batches.end(), 1) !=
+                       space.micro_batches.end();
+  if (!has_full) text += "Try recompute full (not in the searched space).\n";
+  if (!has_mb1) text += "Try micro-batch 1 (not in the searched space).\n";
+  const SweepPoint* base = lowest;
+  if (base == nullptr) {
+    for (const SweepPoint& p : r.points)
+      if (p.state == PointState::pruned &&
+          (base == nullptr || p.memory_lower_bound < base->memory_lower_bound))
+        base = &p;
+  }
+  if (base != nullptr) {
+    for (int64_t factor = 2; factor <= 64; factor *= 2) {
+      const int64_t nodes = job.cluster.nodes() * factor;
+      ClusterSpec bigger =
+          load_cluster(job.cluster.name.empty() ? "" : job.cluster.name, nodes, std::nullopt);
+      bigger.compute = job.cluster.compute;
+      FsdpConfig c = base->config;
+      c.dp_shard = 0;
+      // The global batch per GPU stays: the same micro_batch and grad_accum.
+      try {
+        c = resolve_fsdp_config(c, job.model, bigger, "sweep");
+      } catch (const InputError&) {
+        continue;
+      }
+      const TimelineSummary s = evaluate(c, bigger);
+      if (s.peak_reserved_bytes <= r.memory_cap) {
+        text += fmt::format("It fits on {} GPUs ({} nodes): {} per GPU.\n", bigger.num_gpus, nodes,
+                            format_bytes(static_cast<double>(s.peak_reserved_bytes)));
+        return text;
+      }
+    }
+    text += "It does not fit even on 64 times the GPUs.\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
+  const Job job = load_job(p.job);
+  const SearchSpace space = build_space(p, job);
+  const int64_t cap = p.mem_cap.empty() ? default_memory_cap(job.cluster)
+                                        : static_cast<int64_t>(parse_size(p.mem_cap, "--mem-cap"));
+  if (p.threads < 0) throw InputError("", "-j", "must be positive");
+  if (p.top <= 0) throw InputError("", "--top", "must be positive");
+  const std::vector<FsdpConfig> configs =
+      enumerate_configs(space, job.config, job.cluster.num_gpus);
+  const Evaluator evaluate = [&](const FsdpConfig& c, const ClusterSpec& cluster) {
+    return simulate(build_plan(job.model, cluster, c), cluster).summary;
+  };
+  SweepOptions options{.memory_cap = cap,
+                       .threads = p.threads > 0 ? p.threads
+                                                : static_cast<int>(std::max(
+                                                      1u, std::thread::hardware_concurrency())),
+                       .prune = !p.no_prune};
+  // A progress bar only for a person watching.
+  const bool terminal = &progress == &std::cerr && isatty(STDERR_FILENO) != 0;
+  if (terminal) {
+    options.progress = [&](std::size_t done, std::size_t total) {
+      if (done % 16 != 0 && done != total) return;
+      const std::size_t width = 40;
+      const std::size_t filled = total == 0 ? width : done * width / total;
+      progress << "\r[" << std::string(filled, '#') << std::string(width - filled, ' ') << "] "
+               << done << "/" << total << (done == total ? "\n" : "") << std::flush;
+    };
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const SweepResult result = run_sweep(job.model, job.cluster, configs, evaluate, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string title = fmt::format("Sweep: {} on {} GPUs of {}", job.model.name,
+                                        job.cluster.num_gpus, job.cluster.name);
+  std::string advice;
+  if (result.ranking.empty()) advice = no_fit_advice(result, space, job, evaluate);
+
+  // Everything is computed before anything is written.
+  if (!p.csv.empty()) write_file_atomically(p.csv, csv_text(result));
+  if (!p.report.empty()) write_file_atomically(p.report, sweep_report_html(result, title, p.top));
+  if (!p.emit_config.empty() && !result.ranking.empty()) {
+    write_file_atomically(
+        p.emit_config,
+        fsdp_config_to_json(result.points[result.ranking.front()].config).dump(2) + "\n");
+  }
+  if (p.json) {
+    nlohmann::json ranking = nlohmann::json::array(), pareto = nlohmann::json::array(),
+                   points = nlohmann::json::array();
+    for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k)
+      ranking.push_back(point_json(result.points[result.ranking[k]]));
+    for (const SweepPoint& pt : result.points) {
+      if (pt.pareto) pareto.push_back(point_json(pt));
+      points.push_back(point_json(pt));
+    }
+    nlohmann::json j = {{"model", job.model.name},
+                        {"cluster", job.cluster.name},
+                        {"num_gpus", job.cluster.num_gpus},
+                        {"memory_cap_bytes", cap},
+                        {"configurations", result.points.size()},
+                        {"evaluated", result.evaluated},
+                        {"pruned", result.pruned},
+                        {"invalid", result.invalid},
+                        {"fitting", result.ranking.size()},
+                        {"seconds", seconds},
+                        {"ranking", ranking},
+                        {"pareto", pareto},
+                        {"points", points}};
+    if (!advice.empty()) j["advice"] = advice;
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format("{}, memory cap {}\n", title, format_bytes(static_cast<double>(cap)));
+  out << fmt::format(
+      "{} configurations: {} evaluated, {} pruned (persistent state over the cap), {} invalid; "
+      "{} fit. {:.2f} s on {} thread{}.\n\n",
+      result.points.size(), result.evaluated, result.pruned, result.invalid, result.ranking.size(),
+      seconds, options.threads, options.threads == 1 ? "" : "s");
+  if (result.ranking.empty()) {
+    out << advice;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k) {
+    const SweepPoint& pt = result.points[result.ranking[k]];
+    const TimelineSummary& s = pt.summary;
+    rows.push_back({std::to_string(k + 1), describe_config(pt.config), seconds_text(s.step_seconds),
+                    fmt::format("{:.0f}", s.tokens_per_second_per_gpu),
+                    fmt::format("{:.1f} %", 100 * s.mfu),
+                    format_bytes(static_cast<double>(s.peak_reserved_bytes)),
+                    format_bytes(static_cast<double>(cap - s.peak_reserved_bytes))});
+  }
+  out << render_table({"rank", "configuration", "step", "tok/s/GPU", "MFU", "peak", "headroom"},
+                      rows, {0, 2, 3, 4, 5, 6});
+  const SweepPoint& best = result.points[result.ranking.front()];
+  if (result.ranking.size() > 1) {
+    const SweepPoint& second = result.points[result.ranking[1]];
+    const TimelineSummary &a = best.summary, &b = second.summary;
+    auto row = [&](const char* name, double x, double y) {
+      return std::vector<std::string>{name, seconds_text(x), seconds_text(y), seconds_text(y - x)};
+    };
+    out << fmt::format("\nWhy #1 wins over #2 ({:.2f} % faster), critical path:\n",
+                       100 * (b.step_seconds / a.step_seconds - 1));
+    out << render_table(
+        {"", "#1", "#2", "#2 − #1"},
+        {row("compute", a.critical_path.compute, b.critical_path.compute),
+         row("all-gather (exposed)", a.critical_path.all_gather, b.critical_path.all_gather),
+         row("reduce-scatter (exposed)", a.critical_path.reduce_scatter,
+             b.critical_path.reduce_scatter),
+         row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
+         row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
+         row("step", a.step_seconds, b.step_seconds)},
+        {1, 2, 3});
+  }
+  int64_t front = 0;
+  for (const SweepPoint& pt : result.points) front += pt.pareto ? 1 : 0;
+  out << fmt::format("\nPareto front (peak memory vs step time): {} points{}.\n", front,
+                     p.csv.empty() && p.report.empty() ? " (--csv, --report)" : "");
+  for (const std::string* path : {&p.csv, &p.report}) {
+    if (!path->empty()) out << "wrote " << *path << "\n";
+  }
+  if (!p.emit_config.empty()) out << "wrote " << p.emit_config << " (the winner)\n";
+  return 0;
+}
+
+}  // namespace shardplan

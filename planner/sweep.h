@@ -1,0 +1,103 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/cluster_spec.h"
+#include "models/model_spec.h"
+#include "planner/fsdp_config.h"
+#include "traces/timeline.h"
+
+namespace shardplan {
+
+// The configurations a sweep tries: the product of these lists, for a global batch held
+// fixed (micro_batch × grad_accum × GPUs sequences per step). Every other config field
+// comes from the base config.
+struct SearchSpace {
+  std::vector<ShardingStrategy> strategies;
+  std::vector<int64_t> dp_outer;                // each must divide the GPU count; 1 = no HSDP
+  std::vector<OuterStrategy> outer_strategies;  // tried where dp_outer > 1
+  std::vector<std::optional<int64_t>> bucket_bytes;
+  std::vector<int64_t> prefetch;  // forward and backward prefetch depth
+  std::vector<Recompute> recompute;
+  std::vector<int64_t> micro_batches;  // sequences per micro-batch (must divide the batch)
+  int64_t global_batch_sequences = 0;  // per optimizer step, over every GPU
+  std::vector<bool> fp8_param_gather;  // true is skipped on GPUs without FP8
+  std::vector<bool> double_buffer;
+  std::vector<Allocator> allocators;
+};
+
+// What a sweep covers with no flags: ZeRO-1/2/3 (no_shard only for models under 2 B
+// parameters), every power-of-two dp_outer with both outer strategies, the base bucket,
+// prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a global batch
+// of 4 sequences per GPU, FP8 gather on GPUs that have it, the caching allocator.
+SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
+                                 const FsdpConfig& base);
+
+// Reads a search space file (docs/formats.md#search-space): any field left out keeps
+// `defaults`'. Errors name `label` and the field.
+SearchSpace search_space_from_json(const nlohmann::json& json, const std::string& label,
+                                   SearchSpace defaults);
+
+// Every configuration of the space, in a fixed order (the order of the lists above,
+// last varying fastest), not yet resolved.
+std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpConfig& base,
+                                          int64_t num_gpus);
+
+enum class PointState { evaluated, pruned, invalid };
+
+struct SweepPoint {
+  FsdpConfig config;  // resolved unless invalid
+  PointState state = PointState::evaluated;
+  std::string reason;             // invalid: the config error; pruned: why
+  double memory_lower_bound = 0;  // bytes per GPU that every plan of this config needs
+  TimelineSummary summary;        // evaluated only
+  bool fits = false;              // evaluated and peak reserved ≤ the cap
+  bool pareto = false;            // on the front of peak reserved vs step time
+};
+
+struct SweepResult {
+  std::vector<SweepPoint> points;    // in enumeration order
+  std::vector<std::size_t> ranking;  // fitting points, fastest first
+  int64_t memory_cap = 0;
+  int64_t evaluated = 0, pruned = 0, invalid = 0;
+};
+
+// Predicts one resolved configuration on `cluster` (the simulator, handed in by the
+// caller: the planner does not depend on it).
+using Evaluator = std::function<TimelineSummary(const FsdpConfig&, const ClusterSpec&)>;
+
+struct SweepOptions {
+  int64_t memory_cap = 0;  // bytes; peak reserved must not exceed it
+  int threads = 1;
+  bool prune = true;
+  // Called after each configuration with (done, total); from worker threads, serialised.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+// A bound on the memory any plan of `resolved` needs per GPU: persistent state (ZeRO
+// table), non-tensor memory and, when weights are sharded, one gathered largest unit.
+double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
+                          const FsdpConfig& resolved);
+
+// Resolves, prunes (lower bound above the cap) and evaluates every configuration, on
+// `threads` threads; the result does not depend on the thread count. Ranks the fitting
+// points by step time (then peak memory, then enumeration order) and marks the Pareto
+// front of peak reserved memory against step time over every evaluated point.
+SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
+                      const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
+                      const SweepOptions& options);
+
+// The default memory cap: the GPU's memory less 5 % headroom for what no model sees
+// (allocator fragmentation across streams, NCCL buffers of extra communicators,
+// framework temporaries); docs/model.md.
+int64_t default_memory_cap(const ClusterSpec& cluster);
+
+// One line naming a configuration's choices: "zero3 8×8(optim) pf1 full mb2×ga2 fp8".
+std::string describe_config(const FsdpConfig& config);
+
+}  // namespace shardplan
