@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/job.h"
@@ -143,12 +144,16 @@ std::string no_fit_advice(const SweepResult& r, const SearchSpace& space, const 
                        space.micro_batches.end();
   if (!has_full) text += "Try recompute full (not in the searched space).\n";
   if (!has_mb1) text += "Try micro-batch 1 (not in the searched space).\n";
+  // What to grow: the least-memory evaluated point, else the pruned point that keeps the
+  // least activation memory (full recompute, smallest micro-batch), then the lowest bound.
   const SweepPoint* base = lowest;
   if (base == nullptr) {
+    auto key = [](const SweepPoint& p) {
+      return std::tuple(p.config.recompute != Recompute::full, p.config.micro_batch,
+                        p.memory_lower_bound);
+    };
     for (const SweepPoint& p : r.points)
-      if (p.state == PointState::pruned &&
-          (base == nullptr || p.memory_lower_bound < base->memory_lower_bound))
-        base = &p;
+      if (p.state == PointState::pruned && (base == nullptr || key(p) < key(*base))) base = &p;
   }
   if (base != nullptr) {
     for (int64_t factor = 2; factor <= 64; factor *= 2) {
@@ -166,12 +171,14 @@ std::string no_fit_advice(const SweepResult& r, const SearchSpace& space, const 
       }
       const TimelineSummary s = evaluate(c, bigger);
       if (s.peak_reserved_bytes <= r.memory_cap) {
-        text += fmt::format("It fits on {} GPUs ({} nodes): {} per GPU.\n", bigger.num_gpus, nodes,
+        text += fmt::format("{} fits on {} GPUs ({} nodes): {} per GPU.\n",
+                            describe_config(base->config), bigger.num_gpus, nodes,
                             format_bytes(static_cast<double>(s.peak_reserved_bytes)));
         return text;
       }
     }
-    text += "It does not fit even on 64 times the GPUs.\n";
+    text +=
+        fmt::format("{} does not fit even on 64 times the GPUs.\n", describe_config(base->config));
   }
   return text;
 }

@@ -1,0 +1,119 @@
+// End-to-end tests of `shardplan sweep`: the ranking, determinism across thread counts,
+// the emitted config, the CSV, the advice when nothing fits, and bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/run_command.h"
+
+namespace shardplan::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json sweep_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "sweep");
+  args.push_back("--json");
+  const CommandResult r = run_shardplan(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return stdout_json(r);
+}
+
+TEST(SweepCommand, RanksWhatFitsAndIsTheSameOnAnyThreadCount) {
+  nlohmann::json one = sweep_json({"--model", "tiny", "--gpus", "4", "-j", "1"});
+  nlohmann::json four = sweep_json({"--model", "tiny", "--gpus", "4", "-j", "4"});
+  ASSERT_GT(one["fitting"].get<int>(), 0);
+  const int64_t cap = one["memory_cap_bytes"];
+  double previous = 0;
+  for (const auto& p : one["ranking"]) {
+    EXPECT_LE(p["peak_reserved_bytes"].get<int64_t>(), cap);
+    EXPECT_GE(p["step_seconds"].get<double>(), previous);
+    previous = p["step_seconds"];
+  }
+  EXPECT_EQ(one["configurations"].get<int>(),
+            one["evaluated"].get<int>() + one["pruned"].get<int>() + one["invalid"].get<int>());
+  one.erase("seconds");
+  four.erase("seconds");
+  EXPECT_EQ(one, four);
+}
+
+TEST(SweepCommand, EmittedConfigPlansAndSimulatesUnchanged) {
+  const std::string best = write_temp_file("best.json", "");
+  std::filesystem::remove(best);
+  const nlohmann::json j = sweep_json({"--model", "tiny", "--gpus", "4", "--emit-config", best});
+  ASSERT_TRUE(std::filesystem::exists(best));
+  const CommandResult plan =
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "4", "--config", best, "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const CommandResult sim =
+      run_shardplan({"simulate", "--model", "tiny", "--gpus", "4", "--config", best, "--json"});
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_DOUBLE_EQ(stdout_json(sim)["summary"]["step_seconds"].get<double>(),
+                   j["ranking"][0]["step_seconds"].get<double>());
+}
+
+TEST(SweepCommand, TextTableCsvAndReport) {
+  const std::string csv = write_temp_file("sweep.csv", "");
+  const std::string html = write_temp_file("sweep.html", "");
+  const CommandResult r = run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--recompute",
+                                         "none,full", "--csv", csv, "--report", html});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("rank"));
+  EXPECT_THAT(r.out, HasSubstr("Why #1 wins over #2"));
+  EXPECT_THAT(r.out, HasSubstr("Pareto front"));
+  EXPECT_TRUE(r.err.empty()) << "no progress bar when stderr is not a terminal: " << r.err;
+  const std::string table = read_text(csv);
+  EXPECT_THAT(table, HasSubstr("index,label,sharding_strategy"));
+  const auto lines = std::count(table.begin(), table.end(), '\n');
+  const nlohmann::json j =
+      sweep_json({"--model", "tiny", "--gpus", "4", "--recompute", "none,full"});
+  EXPECT_EQ(lines, j["configurations"].get<int64_t>() + 1);
+  for (const auto& p : j["points"]) {
+    if (p["state"] == "evaluated")
+      EXPECT_NE(p["config"]["recompute"], "selective") << "--recompute replaced the list";
+  }
+  const std::string page = read_text(html);
+  EXPECT_THAT(page, HasSubstr("<svg"));
+  EXPECT_THAT(page, HasSubstr("memory cap"));
+  EXPECT_THAT(page, HasSubstr("Pareto"));
+}
+
+TEST(SweepCommand, NothingFitsNamesTheSmallestChange) {
+  const CommandResult r =
+      run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8", "--mem-cap", "12GiB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Nothing fits under the 12.00 GiB cap"));
+  EXPECT_THAT(r.out, HasSubstr("full mb1×ga4"));
+  EXPECT_THAT(r.out, HasSubstr(" fits on "));
+}
+
+TEST(SweepCommand, BadInputIsAClearError) {
+  CommandResult r = run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--dp-outer", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("3 does not divide the 4 GPUs"));
+  r = run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--mem-cap", "lots"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--mem-cap"));
+  r = run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--strategies", "zero9"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("unknown sharding strategy 'zero9'"));
+  const std::string space =
+      write_temp_file("space.json", R"({"prefetch": [1], "recompute": "full"})");
+  r = run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--space", space});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("space.json"));
+  EXPECT_THAT(r.err, HasSubstr("/recompute"));
+}
+
+}  // namespace
+}  // namespace shardplan::testing
