@@ -79,8 +79,9 @@ TEST(SweepCommand, TextTableCsvAndReport) {
       sweep_json({"--model", "tiny", "--gpus", "4", "--recompute", "none,full"});
   EXPECT_EQ(lines, j["configurations"].get<int64_t>() + 1);
   for (const auto& p : j["points"]) {
-    if (p["state"] == "evaluated")
+    if (p["state"] == "evaluated") {
       EXPECT_NE(p["config"]["recompute"], "selective") << "--recompute replaced the list";
+    }
   }
   const std::string page = read_text(html);
   EXPECT_THAT(page, HasSubstr("<svg"));

@@ -158,8 +158,11 @@ TEST(Sweep, GlobalBatchFixesMicroBatchTimesAccumulation) {
                              s);
   FsdpConfig base;
   base.seq_len = 512;
-  for (const FsdpConfig& c : enumerate_configs(s, base, f.cluster.num_gpus))
-    if (c.grad_accum > 0) EXPECT_EQ(c.micro_batch * c.grad_accum, 16);
+  for (const FsdpConfig& c : enumerate_configs(s, base, f.cluster.num_gpus)) {
+    if (c.grad_accum > 0) {
+      EXPECT_EQ(c.micro_batch * c.grad_accum, 16);
+    }
+  }
 }
 
 TEST(Sweep, SpaceFileErrorsNameTheField) {
