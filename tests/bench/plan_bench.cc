@@ -7,7 +7,10 @@
 #include "planner/fsdp_config.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_validator.h"
+#include "planner/sweep.h"
 #include "simulator/simulate.h"
+
+#include <thread>
 
 namespace {
 
@@ -86,5 +89,36 @@ void BM_Simulate405B(benchmark::State& state) {
   state.counters["ops"] = static_cast<double>(plan.ops.size());
 }
 BENCHMARK(BM_Simulate405B)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+namespace {
+
+// Issue 7's target: llama3-70b on 64 GPUs over the default space in under 10 s on 2 cores.
+void BM_Sweep70BDefaultSpace(benchmark::State& state) {
+  const shardplan::ModelSpec model = shardplan::load_model("llama3-70b");
+  const shardplan::ClusterSpec cluster = shardplan::load_cluster("dgx-h100", 8, std::nullopt);
+  const shardplan::FsdpConfig base;
+  const auto configs = shardplan::enumerate_configs(
+      shardplan::default_search_space(model, cluster, base), base, cluster.num_gpus);
+  const shardplan::Evaluator evaluate = [&](const shardplan::FsdpConfig& c,
+                                            const shardplan::ClusterSpec& k) {
+    return shardplan::simulate(shardplan::build_plan(model, k, c), k).summary;
+  };
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  shardplan::SweepResult result;
+  for (auto _ : state) {
+    result = shardplan::run_sweep(
+        model, cluster, configs, evaluate,
+        {.memory_cap = shardplan::default_memory_cap(cluster), .threads = threads});
+  }
+  state.counters["configs"] = static_cast<double>(configs.size());
+  state.counters["evaluated"] = static_cast<double>(result.evaluated);
+  state.counters["pruned"] = static_cast<double>(result.pruned);
+  state.counters["threads"] = threads;
+  state.counters["evaluated_per_s"] =
+      benchmark::Counter(static_cast<double>(result.evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sweep70BDefaultSpace)->Unit(benchmark::kSecond)->Iterations(1);
 
 }  // namespace
