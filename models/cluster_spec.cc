@@ -59,8 +59,8 @@ NcclSpec parse_nccl(const JsonReader& r) {
 
 // Optional: a file without it gets the defaults of ComputeSpec.
 ComputeSpec parse_compute(const JsonReader& r) {
-  r.expect_only({"gemm_efficiency", "attention_efficiency", "elementwise_efficiency",
-                 "optimizer_efficiency", "overlap_slowdown"});
+  r.expect_only({"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
+                 "elementwise_efficiency", "optimizer_efficiency", "overlap_slowdown"});
   const ComputeSpec d;
   auto fraction = [&](std::string_view key, double fallback) {
     const double v = r.number_or(key, fallback);
@@ -69,6 +69,7 @@ ComputeSpec parse_compute(const JsonReader& r) {
   };
   ComputeSpec c{
       .gemm_efficiency = fraction("gemm_efficiency", d.gemm_efficiency),
+      .fp8_gemm_efficiency = fraction("fp8_gemm_efficiency", d.fp8_gemm_efficiency),
       .attention_efficiency = fraction("attention_efficiency", d.attention_efficiency),
       .elementwise_efficiency = fraction("elementwise_efficiency", d.elementwise_efficiency),
       .optimizer_efficiency = fraction("optimizer_efficiency", d.optimizer_efficiency),

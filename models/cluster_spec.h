@@ -43,6 +43,7 @@ struct NcclSpec {
 // sources: docs/model.md "Compute".
 struct ComputeSpec {
   double gemm_efficiency = 0.70;
+  double fp8_gemm_efficiency = 0.65;  // of the FP8 peak (fp8_param_gather runs FP8 GEMMs)
   double attention_efficiency = 0.50;
   double elementwise_efficiency = 0.80;
   double optimizer_efficiency = 0.80;

@@ -21,11 +21,11 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
     case OpKind::backward:
     case OpKind::recompute: {
       const bool fp8 = plan.config.fp8_param_gather && gpu.fp8_dense_flops > 0;
-      const double gemm_peak = fp8 ? gpu.fp8_dense_flops : gpu.bf16_dense_flops;
+      const double gemm_rate = fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
+                                   : gpu.bf16_dense_flops * e.gemm_efficiency;
       const double gemm = std::max(op.flops - op.attention_flops, 0.0);
       const double seconds =
-          gemm / (gemm_peak * e.gemm_efficiency) +
-          op.attention_flops / (gpu.bf16_dense_flops * e.attention_efficiency) +
+          gemm / gemm_rate + op.attention_flops / (gpu.bf16_dense_flops * e.attention_efficiency) +
           op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.elementwise_efficiency);
       return {.seconds = seconds};
     }

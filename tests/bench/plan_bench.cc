@@ -2,6 +2,8 @@
 // on 1024 GPUs with 8 micro-batches under 20 ms). Prints figures; never fails on time.
 #include <benchmark/benchmark.h>
 
+#include <thread>
+
 #include "models/cluster_spec.h"
 #include "models/zoo.h"
 #include "planner/fsdp_config.h"
@@ -9,8 +11,6 @@
 #include "planner/plan_validator.h"
 #include "planner/sweep.h"
 #include "simulator/simulate.h"
-
-#include <thread>
 
 namespace {
 

@@ -76,5 +76,29 @@ TEST(Report, IsSelfContainedAndRendersInHeadlessChromium) {
   EXPECT_THAT(log, Not(HasSubstr("Page load failed")));
 }
 
+TEST(Report, SweepPageRendersInHeadlessChromium) {
+  const std::string report = write_temp_file("sweep_report.html", "");
+  const CommandResult r =
+      run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--report", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::system("command -v chromium > /dev/null"), 0)
+      << "headless Chromium is needed for this test: apt-get install chromium";
+  const std::string err = write_temp_file("chromium_sweep.err", "");
+  int status = -1;
+  const std::string dom = shell(
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr "
+      "--v=0 --dump-dom 'file://" +
+          report + "'",
+      err, status);
+  EXPECT_EQ(status, 0) << read_text(err);
+  EXPECT_THAT(dom, HasSubstr("<svg"));
+  EXPECT_THAT(dom, HasSubstr("<circle"));
+  EXPECT_THAT(dom, HasSubstr("memory cap"));
+  EXPECT_THAT(dom, HasSubstr("<table>"));
+  const std::string log = read_text(err);
+  EXPECT_THAT(log, Not(HasSubstr("CONSOLE")));
+  EXPECT_THAT(log, Not(HasSubstr("Page load failed")));
+}
+
 }  // namespace
 }  // namespace shardplan::testing
