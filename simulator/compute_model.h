@@ -20,8 +20,8 @@ struct OpCost {
 // Compute ops: a roofline per kernel class, summed over the classes an op runs (they run
 // one after another): GEMM FLOPs ÷ (peak × gemm_efficiency), attention FLOPs ÷ (BF16
 // peak × attention_efficiency), activation bytes ÷ (measured HBM bandwidth ×
-// elementwise_efficiency). GEMMs use the FP8 peak under fp8_param_gather (Transformer
-// Engine runs them in FP8). The optimizer step is memory-bound over the local shard:
+// elementwise_efficiency). GEMMs run at the FP8 peak × fp8_gemm_efficiency under
+// fp8_param_gather (Transformer Engine runs them in FP8). The optimizer step is memory-bound over the local shard:
 // bytes ÷ (measured HBM bandwidth × optimizer_efficiency). Collectives: the NCCL model
 // (collective_model.h) over the ranks of the op's group.
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
