@@ -21,9 +21,9 @@ struct OpCost {
 // one after another): GEMM FLOPs ÷ (peak × gemm_efficiency), attention FLOPs ÷ (BF16
 // peak × attention_efficiency), activation bytes ÷ (measured HBM bandwidth ×
 // elementwise_efficiency). GEMMs run at the FP8 peak × fp8_gemm_efficiency under
-// fp8_param_gather (Transformer Engine runs them in FP8). The optimizer step is memory-bound over the local shard:
-// bytes ÷ (measured HBM bandwidth × optimizer_efficiency). Collectives: the NCCL model
-// (collective_model.h) over the ranks of the op's group.
+// fp8_param_gather (Transformer Engine runs them in FP8). The optimizer step is memory-bound over
+// the local shard: bytes ÷ (measured HBM bandwidth × optimizer_efficiency). Collectives: the NCCL
+// model (collective_model.h) over the ranks of the op's group.
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
 
 // Where the ranks of a plan's group sit: dp_shard ranks are consecutive (inside a node

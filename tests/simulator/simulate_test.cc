@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "models/zoo.h"
@@ -289,6 +291,41 @@ TEST(SimulatePublished, TorchtitanLlama3OnA100WithinFifteenPercent) {
     const Timeline t = simulate(plan, cluster);
     EXPECT_NEAR(t.summary.tokens_per_second_per_gpu / a.tokens_per_second, 1.0, 0.15) << a.model;
     EXPECT_TRUE(t.summary.fits) << a.model;
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// Decoder layers timed on an H100 SXM (700 W, PyTorch 2.11, eager, bf16, causal SDPA;
+// tools/measure/h100_probe.py, tests/data/h100_layer_times.json): Llama 3 8B at 1 × 8192
+// and 2 × 4096 tokens, Llama 3 70B at 1 × 8192; medians of 10. The simulator's layer ops
+// on one GPU (no collectives, so no overlap slowdown) must be within 15 %.
+TEST(SimulatePublished, DecoderLayersOnH100WithinFifteenPercentOfMeasured) {
+  std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h100_layer_times.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json runs = nlohmann::json::parse(in);
+  ASSERT_EQ(runs.size(), 3u);
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 1);
+  for (const auto& measured : runs) {
+    const ModelSpec model = load_model(measured["model"].get<std::string>());
+    FsdpConfig c;
+    c.micro_batch = measured["micro_batch"];
+    c.seq_len = measured["seq_len"];
+    const Plan plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "test"));
+    const Timeline t = simulate(plan, cluster);
+    double forward = 0, backward = 0;
+    for (const TimelineOp& op : t.ops) {
+      if (op.name == "fwd layers.0 mb0") forward = op.end - op.start;
+      if (op.name == "bwd layers.0 mb0") backward = op.end - op.start;
+    }
+    EXPECT_NEAR(forward / measured["forward_seconds_median"].get<double>(), 1.0, 0.15)
+        << measured.dump();
+    EXPECT_NEAR(backward / measured["backward_seconds_median"].get<double>(), 1.0, 0.15)
+        << measured.dump();
   }
 }
 
