@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "models/error.h"
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
@@ -176,6 +179,29 @@ TEST(Recompute, ParsesNamesAndRejectsOthers) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "/recompute");
     EXPECT_NE(e.reason().find("did you mean 'full'"), std::string::npos);
+  }
+}
+
+// Measured on an H100 (tools/measure/h100_probe.py, tests/data/h100_activations.json):
+// the bytes an eager PyTorch Llama layer keeps for backward. The model counts what fused
+// kernels keep (Megatron/Transformer Engine: SwiGLU fused, flash attention's output is the
+// o projection's input); eager PyTorch also keeps SiLU's output (F per token) and the
+// attention output's transposed copy (q per token). The measurement must lie between.
+TEST(ModuleCost, EagerPyTorchLayerActivationsBracketTheModel) {
+  std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h100_activations.json");
+  ASSERT_TRUE(in.good());
+  for (const auto& measured : nlohmann::json::parse(in)) {
+    const ModelSpec model = load_model(measured["model"].get<std::string>());
+    const BatchShape shape{.micro_batch = measured["micro_batch"], .seq_len = measured["seq_len"]};
+    const Module* layer = find_module(model.root, "layers.0");
+    ASSERT_NE(layer, nullptr);
+    const double fused = saved_activation_bytes(*layer, shape, Recompute::none);
+    const double h = static_cast<double>(model.hidden_size);
+    const double ffn = measured["model"] == "llama3-8b" ? 14336 : 28672;
+    const double eager_extra = (ffn + h) * 2.0 * static_cast<double>(shape.tokens());
+    const double bytes = measured["saved_bytes_per_layer"];
+    EXPECT_GT(bytes, fused) << measured.dump();
+    EXPECT_LT(bytes, fused + eager_extra) << measured.dump();
   }
 }
 

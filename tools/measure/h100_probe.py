@@ -4,8 +4,10 @@
 1. PyTorch's CUDA caching allocator: a seeded random sequence of allocations and frees,
    with memory_allocated / memory_reserved after each, to hold simulator/caching_allocator
    against (tests/data/caching_allocator_trace.json).
-2. One Llama 3 8B decoder layer (bf16, GQA, SwiGLU, RMSNorm, causal SDPA) forward and
-   backward at micro-batch 1 x 8192 tokens, against the simulator's per-layer op times.
+2. Llama 3 8B and 70B decoder layers (bf16, GQA, SwiGLU, RMSNorm, causal SDPA): forward
+   and backward times against the simulator's per-layer op times, and the activation
+   bytes each keeps for backward against the memory model.
+3. Fused AdamW bandwidth against the optimizer step's memory-bound cost.
 
 Usage: python3 tools/measure/h100_probe.py OUT_DIR
 """
@@ -131,6 +133,26 @@ def layer_times(layers=4, seq=8192, micro_batch=1, dims=(4096, 32, 8, 14336), na
     }
 
 
+def activation_bytes(layers=4, seq=8192, micro_batch=1, dims=(4096, 32, 8, 14336),
+                     name="llama3-8b"):
+    """Bytes a decoder layer keeps for backward: memory held after the forward (graph
+    alive) less the input and the output, per layer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Layer(*dims) for _ in range(layers)]).cuda().to(torch.bfloat16)
+    x = torch.randn(micro_batch, seq, dims[0], device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = model(x)
+    torch.cuda.synchronize()
+    after = torch.cuda.memory_allocated()
+    per_layer = (after - before - out.numel() * out.element_size()) / layers
+    del out, model, x
+    torch.cuda.empty_cache()
+    return {"model": name, "micro_batch": micro_batch, "seq_len": seq,
+            "saved_bytes_per_layer": per_layer, "torch": torch.__version__}
+
+
 def adamw_bandwidth(parameters=1 << 28, warmup=3, iters=10):
     """Fused AdamW over fp32 master weights, grads and two states: 16 bytes read and 12
     written per parameter."""
@@ -170,6 +192,10 @@ def main():
         json.dump(runs[0], f, indent=1)
     with open(os.path.join(out, "layer_times.json"), "w") as f:
         json.dump(runs, f, indent=1)
+    with open(os.path.join(out, "activations.json"), "w") as f:
+        json.dump([activation_bytes(),
+                   activation_bytes(layers=2, dims=(8192, 64, 8, 28672), name="llama3-70b")],
+                  f, indent=1)
     with open(os.path.join(out, "adamw.json"), "w") as f:
         json.dump(adamw_bandwidth(), f, indent=1)
     for timing in runs:
