@@ -87,6 +87,17 @@ struct SweepParams {
   std::string emit_config;  // the winner as a config file
 };
 
+struct ExecuteParams {
+  std::string plan;             // plan.json
+  std::string backend = "cpu";  // cpu | cuda
+  int warmup = 1;
+  int steps = 2;
+  double compute_scale = 1e-6;
+  bool no_check = false;
+  std::string output;  // measured timeline.json (rank 0)
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -96,6 +107,8 @@ int run_plan(const PlanParams& params, std::ostream& out);
 int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
+// Initialises and finalises MPI itself; run it under mpirun with the plan's GPU count.
+int run_execute(const ExecuteParams& params, std::ostream& out, std::ostream& err);
 int run_sweep(const SweepParams& params, std::ostream& out, std::ostream& progress);
 int run_version(bool json, std::ostream& out);
 

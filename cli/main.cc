@@ -139,6 +139,24 @@ int main(int argc, char** argv) {
                     "write the winner as a config file for plan, simulate and execute");
   sweep->add_flag("--json", sweep_params.json, "machine-readable output");
 
+  shardplan::ExecuteParams execute_params;
+  auto* execute = app.add_subcommand(
+      "execute", "replay a plan on CPUs with MPI (mpirun -np GPUS), checking it on real data");
+  execute->add_option("--plan", execute_params.plan, "plan.json")
+      ->required()
+      ->check(CLI::ExistingFile);
+  execute->add_option("--backend", execute_params.backend, "cpu | cuda")->capture_default_str();
+  execute->add_option("--warmup", execute_params.warmup, "untimed steps first")
+      ->capture_default_str();
+  execute->add_option("--steps", execute_params.steps, "timed steps")->capture_default_str();
+  execute
+      ->add_option("--compute-scale", execute_params.compute_scale,
+                   "fraction of each compute op's FLOPs run as a GEMM (cpu)")
+      ->capture_default_str();
+  execute->add_flag("--no-check", execute_params.no_check, "skip the integrity checks");
+  execute->add_option("-o,--output", execute_params.output, "write the measured timeline.json");
+  execute->add_flag("--json", execute_params.json, "machine-readable summary");
+
   shardplan::PackParams pack_params;
   auto* pack =
       app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
@@ -197,6 +215,7 @@ int main(int argc, char** argv) {
     if (*plan) return shardplan::run_plan(plan_params, std::cout);
     if (*pack) return shardplan::run_pack(pack_params, std::cout);
     if (*sweep) return shardplan::run_sweep(sweep_params, std::cout, std::cerr);
+    if (*execute) return shardplan::run_execute(execute_params, std::cout, std::cerr);
     if (*simulate) {
       simulate_params.cluster_given = simulate->count("--cluster") > 0;
       if (!simulate_params.plan.empty()) {

@@ -29,6 +29,10 @@ std::filesystem::path temp_dir() {
 }  // namespace
 
 CommandResult run_shardplan(const std::vector<std::string>& args) {
+  return run_program(SHARDPLAN_BINARY, args);
+}
+
+CommandResult run_program(const std::string& program, const std::vector<std::string>& args) {
   static int counter = 0;
   const auto dir = temp_dir();
   const std::string out_path = (dir / ("out" + std::to_string(counter))).string();
@@ -40,12 +44,12 @@ CommandResult run_shardplan(const std::vector<std::string>& args) {
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
     std::vector<char*> argv;
-    std::string binary = SHARDPLAN_BINARY;
+    std::string binary = program;
     argv.push_back(binary.data());
     std::vector<std::string> copies = args;
     for (std::string& a : copies) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
+    ::execvp(binary.c_str(), argv.data());
     ::_exit(127);
   }
   int status = 0;

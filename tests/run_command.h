@@ -16,6 +16,9 @@ struct CommandResult {
 // is) and captures its output and exit code.
 CommandResult run_shardplan(const std::vector<std::string>& args);
 
+// Runs `program` (a path, or a name looked up on PATH) the same way.
+CommandResult run_program(const std::string& program, const std::vector<std::string>& args);
+
 // Parses stdout as JSON; fails the current test if it does not parse.
 nlohmann::json stdout_json(const CommandResult& result);
 

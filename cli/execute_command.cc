@@ -1,0 +1,88 @@
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/text_format.h"
+#include "executor/cpu_backend.h"
+#include "executor/cuda_probe.h"
+#include "executor/replay.h"
+#include "models/error.h"
+#include "planner/plan_json.h"
+
+namespace shardplan {
+namespace {
+
+// MPI for the length of one command.
+struct MpiSession {
+  MpiSession() {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) MPI_Init(nullptr, nullptr);
+  }
+  ~MpiSession() {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }
+};
+
+}  // namespace
+
+int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
+  if (p.backend != "cpu" && p.backend != "cuda")
+    throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
+  if (p.warmup < 0) throw InputError("", "--warmup", "must not be negative");
+  if (p.steps <= 0) throw InputError("", "--steps", "must be positive");
+  if (!(p.compute_scale > 0 && p.compute_scale <= 1))
+    throw InputError("", "--compute-scale", "must be in (0, 1]");
+  const Plan plan = read_plan_file(p.plan);
+  if (p.backend == "cuda") {
+    require_cuda_device();
+    throw InputError("", "--backend",
+                     "the CUDA replay is not implemented yet (issue 8); use --backend cpu");
+  }
+  MpiSession mpi;
+  const ReplayOptions options{
+      .warmup = p.warmup, .steps = p.steps, .compute_scale = p.compute_scale, .check = !p.no_check};
+  const std::unique_ptr<ExecutorBackend> backend = make_cpu_backend(options);
+  Timeline t;
+  try {
+    t = replay(plan, *backend, options);
+  } catch (const IntegrityError& e) {
+    // The other ranks wait in a collective: stop them all.
+    err << "shardplan: integrity check failed: " << e.what() << "\n" << std::flush;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  } catch (const InputError& e) {
+    if (backend->rank() == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (backend->rank() != 0) return 0;
+  if (!p.output.empty()) write_file_atomically(p.output, timeline_to_json(t).dump(1) + "\n");
+  if (p.json) {
+    nlohmann::json j = timeline_to_json(t);
+    j.erase("ops");
+    j.erase("memory");
+    j["backend"] = p.backend;
+    j["ranks"] = backend->world_size();
+    j["checked"] = options.check;
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format(
+      "Executed {} on {} ranks ({} backend): {} warmup + {} timed steps, {} ops per step\n",
+      plan.model, backend->world_size(), p.backend, p.warmup, p.steps, plan.ops.size());
+  out << fmt::format("step time (slowest rank): {:.3f} ms; pool {} + persistent, {} held\n",
+                     t.summary.step_seconds * 1e3,
+                     format_bytes(static_cast<double>(plan.pool.size_bytes)),
+                     format_bytes(static_cast<double>(t.summary.peak_reserved_bytes)));
+  out << (options.check ? "integrity checks: all passed (all-gathers rebuild every shard, "
+                          "reductions equal the sum over ranks, no transient buffer changed "
+                          "between its write and its reads)\n"
+                        : "integrity checks: off\n");
+  if (!p.output.empty()) out << "wrote " << p.output << "\n";
+  return 0;
+}
+
+}  // namespace shardplan

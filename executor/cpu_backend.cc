@@ -1,0 +1,346 @@
+#include "executor/cpu_backend.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+namespace shardplan {
+namespace {
+
+// Weights: byte j of a buffer's full (unsharded) contents, the same on every rank.
+std::byte weight_byte(int64_t buffer, int64_t j) {
+  return static_cast<std::byte>((buffer * 131 + j * 7 + 3) & 0xFF);
+}
+
+// Activations and other compute outputs: rank-specific bytes.
+std::byte activation_byte(int rank, int64_t buffer, int64_t j) {
+  return static_cast<std::byte>((rank * 17 + buffer * 13 + j) & 0xFF);
+}
+
+// Gradients: small per-rank integers in the element type (sums never overflow).
+uint64_t gradient_value(int rank, int64_t buffer, int64_t element, int64_t micro_batch) {
+  return static_cast<uint64_t>((rank + 1) * ((buffer + element + micro_batch) % 5 + 1));
+}
+
+uint64_t fingerprint(const std::byte* data, int64_t bytes) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (int64_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<uint64_t>(data[i]);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+MPI_Datatype element_type(int64_t element_bytes) {
+  switch (element_bytes) {
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    default:
+      return MPI_UINT64_T;
+  }
+}
+
+uint64_t load(const std::byte* p, int64_t size) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, static_cast<std::size_t>(size));
+  return v;
+}
+
+void store(std::byte* p, int64_t size, uint64_t v) {
+  std::memcpy(p, &v, static_cast<std::size_t>(size));
+}
+
+uint64_t mask(int64_t size) {
+  return size >= 8 ? ~uint64_t{0} : ((uint64_t{1} << (8 * size)) - 1);
+}
+
+// Splits `total` units over `parts` ranks: equal shares, the remainder to the last.
+std::vector<int> shares(int64_t total, int parts) {
+  std::vector<int> counts(static_cast<std::size_t>(parts), static_cast<int>(total / parts));
+  counts.back() += static_cast<int>(total % parts);
+  return counts;
+}
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+class CpuBackend final : public ExecutorBackend {
+ public:
+  explicit CpuBackend(const ReplayOptions& options) : options_(options) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~CpuBackend() override {
+    for (MPI_Comm* c : {&shard_, &outer_}) {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
+  }
+
+  std::string_view name() const override { return "cpu"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+
+  void prepare(const Plan& plan) override {
+    plan_ = &plan;
+    dp_shard_ = static_cast<int>(plan.config.dp_shard);
+    // dp_shard ranks are consecutive; dp_outer ranks are dp_shard apart.
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp_shard_, rank_, &shard_);
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ % dp_shard_, rank_, &outer_);
+  }
+
+  std::byte* allocate(int64_t bytes) override {
+    auto* p = static_cast<std::byte*>(
+        std::aligned_alloc(256, static_cast<std::size_t>((bytes + 255) / 256 * 256)));
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void release(std::byte* data) override { std::free(data); }
+
+  void initialise(const std::vector<BufferSpan>& persistent) override {
+    persistent_ = persistent;
+    for (const BufferSpan& s : persistent) {
+      const PlanBuffer& b = *s.buffer;
+      if (b.role == BufferRole::model_weight) {
+        // A ZeRO-3 shard is its rank's slice of the full contents.
+        const int64_t base = b.sharded ? static_cast<int64_t>(rank_ % dp_shard_) * b.bytes : 0;
+        for (int64_t j = 0; j < b.bytes; ++j) s.data[j] = weight_byte(b.id, base + j);
+      } else {
+        std::memset(s.data, 0, static_cast<std::size_t>(b.bytes));
+      }
+    }
+  }
+
+  void begin_step(int step) override {
+    step_ = step;
+    written_.clear();
+    // Each step accumulates its gradients from zero (Megatron zeroes main grads).
+    for (const BufferSpan& s : persistent_) {
+      if (s.buffer->role == BufferRole::main_grad)
+        std::memset(s.data, 0, static_cast<std::size_t>(s.bytes));
+    }
+  }
+
+  double now() override { return MPI_Wtime(); }
+
+  double max_over_ranks(double seconds) override {
+    double out = 0;
+    MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return out;
+  }
+
+  void run(const PlanOp& op, const std::vector<BufferSpan>& reads,
+           const std::vector<BufferSpan>& writes) override {
+    if (options_.check) {
+      for (const BufferSpan& s : reads) check_canary(op, s);
+    }
+    switch (op.kind) {
+      case OpKind::forward:
+      case OpKind::recompute:
+      case OpKind::backward:
+        compute(op, writes);
+        break;
+      case OpKind::optimizer_step:
+        // Memory-bound over the local shard; values stay, so weights keep their pattern.
+        for (const BufferSpan& s : writes)
+          std::memmove(s.data, s.data, static_cast<std::size_t>(s.bytes));
+        break;
+      case OpKind::all_gather:
+        all_gather(op, reads, writes);
+        break;
+      case OpKind::reduce_scatter:
+      case OpKind::all_reduce:
+        reduce(op, reads, writes);
+        break;
+    }
+    for (const BufferSpan& s : writes) {
+      if (!s.buffer->persistent) written_[s.buffer->id] = fingerprint(s.data, s.bytes);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const PlanOp& op, const BufferSpan& s, int64_t offset,
+                         const std::string& what) const {
+    throw IntegrityError(fmt::format(
+        "rank {}: op {} '{}': buffer {} '{}' at byte {} (pool offset {}): {}", rank_, op.id,
+        op.name, s.buffer->id, s.buffer->name, offset,
+        s.buffer->persistent ? std::string("-") : std::to_string(s.buffer->offset + offset), what));
+  }
+
+  void check_canary(const PlanOp& op, const BufferSpan& s) {
+    if (s.buffer->persistent) return;
+    const auto it = written_.find(s.buffer->id);
+    if (it == written_.end()) fail(op, s, 0, "read before anything wrote it");
+    if (fingerprint(s.data, s.bytes) != it->second) {
+      fail(op, s, 0, "changed since it was written (another buffer overwrote its bytes)");
+    }
+  }
+
+  MPI_Comm comm(const PlanOp& op) const {
+    return op.group == CommGroup::dp_outer ? outer_ : shard_;
+  }
+
+  void compute(const PlanOp& op, const std::vector<BufferSpan>& writes) {
+    // The work: one GEMM with a fraction of the op's FLOPs (2·n³).
+    const double flops = op.flops * options_.compute_scale;
+    const auto n = static_cast<Eigen::Index>(std::clamp(std::cbrt(flops / 2.0), 1.0, 512.0));
+    Eigen::MatrixXf a = Eigen::MatrixXf::Constant(n, n, 0.5f),
+                    b = Eigen::MatrixXf::Constant(n, n, 0.25f);
+    Eigen::MatrixXf c = a * b;
+    sink_ += c(0, 0);
+    for (const BufferSpan& s : writes) {
+      const PlanBuffer& buf = *s.buffer;
+      if (buf.role == BufferRole::unsharded_grad || buf.role == BufferRole::main_grad) {
+        const int64_t e = dtype_bytes(buf.dtype);
+        const uint64_t m = mask(e);
+        for (int64_t k = 0; k + e <= s.bytes; k += e) {
+          const uint64_t g = gradient_value(rank_, buf.id, k / e, op.micro_batch) & m;
+          // Transient gradient buffers are written; persistent main grads accumulate.
+          const uint64_t v = buf.persistent ? (load(s.data + k, e) + g) & m : g;
+          store(s.data + k, e, v);
+        }
+      } else if (!buf.persistent) {
+        for (int64_t j = 0; j < s.bytes; ++j) s.data[j] = activation_byte(rank_, buf.id, j);
+      }
+    }
+  }
+
+  void all_gather(const PlanOp& op, const std::vector<BufferSpan>& reads,
+                  const std::vector<BufferSpan>& writes) {
+    MPI_Comm c = comm(op);
+    int p = 0;
+    MPI_Comm_size(c, &p);
+    std::vector<BufferSpan> shards;
+    for (const BufferSpan& s : reads)
+      if (s.buffer->role == BufferRole::model_weight) shards.push_back(s);
+    int64_t gathered = 0;
+    for (const BufferSpan& s : shards) gathered += s.bytes * p;
+    if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
+      // ZeRO-3: every rank's shard of each group, in group order, into the unsharded buffer.
+      const BufferSpan& out = writes[0];
+      int64_t offset = 0;
+      for (const BufferSpan& s : shards) {
+        MPI_Allgather(s.data, static_cast<int>(s.bytes), MPI_BYTE, out.data + offset,
+                      static_cast<int>(s.bytes), MPI_BYTE, c);
+        if (options_.check) {
+          for (int64_t j = 0; j < s.bytes * p; ++j) {
+            if (out.data[offset + j] != weight_byte(s.buffer->id, j))
+              fail(op, out, offset + j,
+                   fmt::format("does not hold rank {}'s shard of buffer {}", j / s.bytes,
+                               s.buffer->id));
+          }
+        }
+        offset += s.bytes * p;
+      }
+      return;
+    }
+    // In place (ZeRO-1/2 after the step, HSDP's outer gather): each rank's region of each
+    // weight buffer to every rank.
+    for (const BufferSpan& s : writes) {
+      if (s.buffer->role != BufferRole::model_weight) continue;
+      const std::vector<int> counts = shares(s.bytes, p);
+      const std::vector<int> displs = displacements(counts);
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, s.data, counts.data(), displs.data(),
+                     MPI_BYTE, c);
+      if (options_.check) {
+        const int64_t base =
+            s.buffer->sharded ? static_cast<int64_t>(rank_ % dp_shard_) * s.bytes : 0;
+        for (int64_t j = 0; j < s.bytes; ++j) {
+          if (s.data[j] != weight_byte(s.buffer->id, base + j))
+            fail(op, s, j, "the gathered weights differ from every rank's shard");
+        }
+      }
+    }
+  }
+
+  void reduce(const PlanOp& op, const std::vector<BufferSpan>& reads,
+              const std::vector<BufferSpan>& writes) {
+    MPI_Comm c = comm(op);
+    int p = 0, me = 0;
+    MPI_Comm_size(c, &p);
+    MPI_Comm_rank(c, &me);
+    const bool all_reduce = op.kind == OpKind::all_reduce;
+    // Input regions, one per written buffer (gradient group): from one transient
+    // unsharded buffer (ZeRO-2/3) or from the written buffers themselves (in place).
+    int64_t total_out = 0;
+    for (const BufferSpan& w : writes) total_out += w.bytes;
+    const bool from_transient =
+        reads.size() == 1 && !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
+    int64_t in_offset = 0;
+    for (const BufferSpan& w : writes) {
+      const int64_t e = dtype_bytes(w.buffer->dtype);
+      const MPI_Datatype type = element_type(e);
+      const uint64_t m = mask(e);
+      const std::byte* input = from_transient ? reads[0].data + in_offset : w.data;
+      const int64_t input_bytes = from_transient ? w.bytes * p : w.bytes;
+      in_offset += input_bytes;
+      // The expected sums come from every rank's input, gathered apart from the reduction.
+      std::vector<std::byte> everyone;
+      if (options_.check) {
+        everyone.resize(static_cast<std::size_t>(input_bytes * p));
+        MPI_Allgather(input, static_cast<int>(input_bytes), MPI_BYTE, everyone.data(),
+                      static_cast<int>(input_bytes), MPI_BYTE, c);
+      }
+      const int64_t elements = input_bytes / e;
+      std::vector<std::byte> result;
+      int64_t result_start = 0;  // first element of the result within the input
+      if (all_reduce) {
+        result.assign(input, input + input_bytes);
+        MPI_Allreduce(MPI_IN_PLACE, result.data(), static_cast<int>(elements), type, MPI_SUM, c);
+      } else {
+        const std::vector<int> counts = shares(elements, p);
+        const std::vector<int> displs = displacements(counts);
+        result.resize(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)] * e));
+        std::vector<std::byte> send(input, input + input_bytes);
+        MPI_Reduce_scatter(send.data(), result.data(), counts.data(), type, MPI_SUM, c);
+        result_start = displs[static_cast<std::size_t>(me)];
+      }
+      const int64_t result_elements = static_cast<int64_t>(result.size()) / e;
+      if (options_.check) {
+        for (int64_t k = 0; k < result_elements; ++k) {
+          uint64_t sum = 0;
+          for (int q = 0; q < p; ++q)
+            sum += load(everyone.data() + q * input_bytes + (result_start + k) * e, e);
+          if ((sum & m) != load(result.data() + k * e, e))
+            fail(op, w, (result_start + k) * e, "the reduction is not the sum over ranks");
+        }
+      }
+      // Into the main grads: a scattered shard accumulates into its shard buffer; in
+      // place, the reduced region replaces the local values.
+      if (from_transient) {
+        for (int64_t k = 0; k < result_elements && k * e < w.bytes; ++k)
+          store(w.data + k * e, e, (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
+      } else {
+        std::memcpy(w.data + result_start * e, result.data(), result.size());
+      }
+    }
+  }
+
+  ReplayOptions options_;
+  int rank_ = 0, size_ = 1, dp_shard_ = 1, step_ = 0;
+  const Plan* plan_ = nullptr;
+  MPI_Comm shard_ = MPI_COMM_NULL, outer_ = MPI_COMM_NULL;
+  std::unordered_map<int64_t, uint64_t> written_;  // transient buffer -> fingerprint
+  std::vector<BufferSpan> persistent_;
+  float sink_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutorBackend> make_cpu_backend(const ReplayOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace shardplan

@@ -1,0 +1,123 @@
+#include "executor/replay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "models/error.h"
+#include "planner/plan_validator.h"
+
+namespace shardplan {
+
+std::vector<int64_t> replay_order(const Plan& plan) {
+  const auto n = plan.ops.size();
+  std::vector<std::vector<int64_t>> streams(4);
+  for (const PlanOp& op : plan.ops) streams[static_cast<std::size_t>(op.stream)].push_back(op.id);
+  std::vector<std::size_t> head(4, 0);
+  std::vector<bool> done(n, false);
+  std::vector<int64_t> order;
+  order.reserve(n);
+  // Communication streams first, then compute: each picks its head when its deps are done.
+  const std::array<Stream, 4> preference = {Stream::ag, Stream::rs, Stream::outer, Stream::compute};
+  while (order.size() < n) {
+    bool progressed = false;
+    for (Stream s : preference) {
+      auto& list = streams[static_cast<std::size_t>(s)];
+      std::size_t& h = head[static_cast<std::size_t>(s)];
+      if (h >= list.size()) continue;
+      const PlanOp& op = plan.ops[static_cast<std::size_t>(list[h])];
+      const bool ready = std::all_of(op.deps.begin(), op.deps.end(),
+                                     [&](int64_t d) { return done[static_cast<std::size_t>(d)]; });
+      if (!ready) continue;
+      order.push_back(op.id);
+      done[static_cast<std::size_t>(op.id)] = true;
+      ++h;
+      progressed = true;
+      break;
+    }
+    if (!progressed) throw std::logic_error("replay: no op can run (a dependency cycle)");
+  }
+  return order;
+}
+
+Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options) {
+  if (auto error = validate_plan(plan)) {
+    throw InputError("plan", std::string(plan_error_kind_name(error->kind)),
+                     "refusing an invalid plan: " + error->message);
+  }
+  if (backend.world_size() != plan.num_gpus) {
+    throw InputError("plan", "num_gpus",
+                     fmt::format("the plan is for {} GPUs but {} ranks were started (mpirun -np "
+                                 "{})",
+                                 plan.num_gpus, backend.world_size(), plan.num_gpus));
+  }
+  backend.prepare(plan);
+  // The pool once at its planned size; persistent buffers one by one.
+  std::byte* pool = backend.allocate(std::max<int64_t>(plan.pool.size_bytes, 1));
+  std::vector<BufferSpan> spans(plan.buffers.size());
+  std::vector<BufferSpan> persistent;
+  std::vector<std::byte*> owned;
+  for (const PlanBuffer& b : plan.buffers) {
+    BufferSpan& s = spans[static_cast<std::size_t>(b.id)];
+    s.buffer = &b;
+    s.bytes = b.bytes;
+    if (b.persistent) {
+      s.data = backend.allocate(std::max<int64_t>(b.bytes, 1));
+      owned.push_back(s.data);
+      persistent.push_back(s);
+    } else {
+      s.data = pool + b.offset;
+    }
+  }
+  backend.initialise(persistent);
+  const std::vector<int64_t> order = replay_order(plan);
+  Timeline t{.source = "measured",
+             .model = plan.model,
+             .cluster = plan.cluster,
+             .num_gpus = plan.num_gpus,
+             .allocator = "pool"};
+  std::vector<double> start(plan.ops.size()), end(plan.ops.size());
+  double step_seconds = 0;
+  std::vector<BufferSpan> reads, writes;
+  for (int step = 0; step < options.warmup + options.steps; ++step) {
+    backend.begin_step(step);
+    const double t0 = backend.now();
+    for (int64_t id : order) {
+      const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
+      reads.clear();
+      writes.clear();
+      for (int64_t b : op.reads) reads.push_back(spans[static_cast<std::size_t>(b)]);
+      for (int64_t b : op.writes) writes.push_back(spans[static_cast<std::size_t>(b)]);
+      start[static_cast<std::size_t>(id)] = backend.now() - t0;
+      backend.run(op, reads, writes);
+      end[static_cast<std::size_t>(id)] = backend.now() - t0;
+    }
+    step_seconds = backend.max_over_ranks(backend.now() - t0);
+  }
+  for (const PlanOp& op : plan.ops) {
+    const auto i = static_cast<std::size_t>(op.id);
+    t.ops.push_back({.op = op.id,
+                     .name = op.name,
+                     .stream = std::string(stream_name(op.stream)),
+                     .kind = std::string(op_kind_name(op.kind)),
+                     .start = start[i],
+                     .end = end[i],
+                     .bytes = op.bytes,
+                     .flops = op.flops});
+  }
+  int64_t held = plan.pool.size_bytes;
+  for (const PlanBuffer& b : plan.buffers) held += b.persistent ? b.bytes : 0;
+  t.memory = {{0, held, held}, {step_seconds, held, held}};
+  t.summary.step_seconds = step_seconds;
+  t.summary.tokens_per_second_per_gpu =
+      step_seconds > 0 ? static_cast<double>(plan.tokens_per_gpu) / step_seconds : 0;
+  t.summary.peak_allocated_bytes = held;
+  t.summary.peak_reserved_bytes = held;
+  t.summary.capacity_bytes = plan.capacity_bytes;
+  t.summary.fits = held <= plan.capacity_bytes;
+  for (std::byte* p : owned) backend.release(p);
+  backend.release(pool);
+  return t;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/plan.h"
+#include "traces/timeline.h"
+
+namespace shardplan {
+
+struct ReplayOptions {
+  int warmup = 1;  // steps run before timing
+  int steps = 2;   // steps timed
+  // Compute ops run as one GEMM with this fraction of their FLOPs (CPU backend: real
+  // sizes would take hours on a CPU).
+  double compute_scale = 1e-6;
+  bool check = true;  // integrity checks on real data (CPU backend)
+};
+
+// A check on real data failed: names the op, the buffer and the byte offset.
+class IntegrityError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A placed buffer: its bytes on this rank (a persistent allocation, or the pool at the
+// buffer's planned offset).
+struct BufferSpan {
+  std::byte* data = nullptr;
+  int64_t bytes = 0;
+  const PlanBuffer* buffer = nullptr;
+};
+
+// What a device does for the replay engine (STYLE.md §3: CPU and CUDA). The engine owns
+// the order; the backend owns memory, the ops and their timing.
+class ExecutorBackend {
+ public:
+  virtual ~ExecutorBackend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Called once, before any allocation: groups (dp_shard, dp_outer) from the plan.
+  virtual void prepare(const Plan& plan) = 0;
+  virtual std::byte* allocate(int64_t bytes) = 0;
+  virtual void release(std::byte* data) = 0;
+  // Fills persistent buffers with their initial data.
+  virtual void initialise(const std::vector<BufferSpan>& persistent) = 0;
+  virtual void run(const PlanOp& op, const std::vector<BufferSpan>& reads,
+                   const std::vector<BufferSpan>& writes) = 0;
+  // A step begins (the backend may reset per-step state).
+  virtual void begin_step(int step) = 0;
+  virtual double now() = 0;  // seconds
+  // The slowest rank's value of `seconds` (a collective).
+  virtual double max_over_ranks(double seconds) = 0;
+};
+
+// Validates the plan, allocates the pool once at its planned size and every persistent
+// buffer, then runs warmup + timed steps: ops in an order that respects every dependency
+// and each stream's order, communication streams first whenever they may run (as a GPU's
+// would), so a missing dependency shows as a read before a write. Returns the last timed
+// step as a measured Timeline (this rank's op times; the step time is the slowest rank's).
+Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options);
+
+// The order replay runs ops in (exposed for tests).
+std::vector<int64_t> replay_order(const Plan& plan);
+
+}  // namespace shardplan
