@@ -98,6 +98,12 @@ struct ExecuteParams {
   bool json = false;
 };
 
+struct CompareParams {
+  std::string predicted;  // timeline.json from simulate
+  std::string measured;   // timeline.json from execute
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -107,6 +113,7 @@ int run_plan(const PlanParams& params, std::ostream& out);
 int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
+int run_compare(const CompareParams& params, std::ostream& out);
 // Initialises and finalises MPI itself; run it under mpirun with the plan's GPU count.
 int run_execute(const ExecuteParams& params, std::ostream& out, std::ostream& err);
 int run_sweep(const SweepParams& params, std::ostream& out, std::ostream& progress);

@@ -157,6 +157,17 @@ int main(int argc, char** argv) {
   execute->add_option("-o,--output", execute_params.output, "write the measured timeline.json");
   execute->add_flag("--json", execute_params.json, "machine-readable summary");
 
+  shardplan::CompareParams compare_params;
+  auto* compare = app.add_subcommand(
+      "compare", "predicted against measured timeline: op time per kind and the step");
+  compare->add_option("predicted", compare_params.predicted, "timeline.json from simulate")
+      ->required()
+      ->check(CLI::ExistingFile);
+  compare->add_option("measured", compare_params.measured, "timeline.json from execute")
+      ->required()
+      ->check(CLI::ExistingFile);
+  compare->add_flag("--json", compare_params.json, "machine-readable output");
+
   shardplan::PackParams pack_params;
   auto* pack =
       app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
@@ -216,6 +227,7 @@ int main(int argc, char** argv) {
     if (*pack) return shardplan::run_pack(pack_params, std::cout);
     if (*sweep) return shardplan::run_sweep(sweep_params, std::cout, std::cerr);
     if (*execute) return shardplan::run_execute(execute_params, std::cout, std::cerr);
+    if (*compare) return shardplan::run_compare(compare_params, std::cout);
     if (*simulate) {
       simulate_params.cluster_given = simulate->count("--cluster") > 0;
       if (!simulate_params.plan.empty()) {
