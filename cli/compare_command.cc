@@ -37,9 +37,9 @@ int run_compare(const CompareParams& p, std::ostream& out) {
     const TimelineOp& a = predicted.ops[i];
     const TimelineOp& b = measured.ops[i];
     if (a.name != b.name) {
-      throw InputError(p.measured, fmt::format("ops/{}/name", i),
-                       fmt::format("'{}' where {} has '{}': not the same plan", b.name,
-                                   p.predicted, a.name));
+      throw InputError(
+          p.measured, fmt::format("ops/{}/name", i),
+          fmt::format("'{}' where {} has '{}': not the same plan", b.name, p.predicted, a.name));
     }
     by_kind[a.kind].first += a.end - a.start;
     by_kind[a.kind].second += b.end - b.start;

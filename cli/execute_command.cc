@@ -1,11 +1,14 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
 #include "executor/cpu_backend.h"
+#include "executor/cuda_backend.h"
 #include "executor/cuda_probe.h"
 #include "executor/replay.h"
 #include "models/error.h"
@@ -38,25 +41,32 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (!(p.compute_scale > 0 && p.compute_scale <= 1))
     throw InputError("", "--compute-scale", "must be in (0, 1]");
   const Plan plan = read_plan_file(p.plan);
-  if (p.backend == "cuda") {
-    require_cuda_device();
-    throw InputError("", "--backend",
-                     "the CUDA replay is not implemented yet (issue 8); use --backend cpu");
-  }
-  MpiSession mpi;
-  const ReplayOptions options{
-      .warmup = p.warmup, .steps = p.steps, .compute_scale = p.compute_scale, .check = !p.no_check};
-  const std::unique_ptr<ExecutorBackend> backend = make_cpu_backend(options);
+  if (p.backend == "cuda") require_cuda_device();
+  // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                        std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+  std::optional<MpiSession> mpi;
+  if (p.backend == "cpu" || launched) mpi.emplace();
+  const ReplayOptions options{.warmup = p.warmup,
+                              .steps = p.steps,
+                              .compute_scale = p.compute_scale,
+                              .check = !p.no_check && p.backend == "cpu"};
+  const std::unique_ptr<ExecutorBackend> backend =
+      p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(mpi.has_value());
+  auto abort = [&](int code) {
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  };
   Timeline t;
   try {
     t = replay(plan, *backend, options);
   } catch (const IntegrityError& e) {
     // The other ranks wait in a collective: stop them all.
     err << "shardplan: integrity check failed: " << e.what() << "\n" << std::flush;
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort(1);
   } catch (const InputError& e) {
     if (backend->rank() == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort(1);
   }
   if (backend->rank() != 0) return 0;
   if (!p.output.empty()) write_file_atomically(p.output, timeline_to_json(t).dump(1) + "\n");
@@ -77,6 +87,11 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
                      t.summary.step_seconds * 1e3,
                      format_bytes(static_cast<double>(plan.pool.size_bytes)),
                      format_bytes(static_cast<double>(t.summary.peak_reserved_bytes)));
+  if (p.backend == "cuda") {
+    out << "integrity checks: CPU backend only\n";
+    if (!p.output.empty()) out << "wrote " << p.output << "\n";
+    return 0;
+  }
   out << (options.check ? "integrity checks: all passed (all-gathers rebuild every shard, "
                           "reductions equal the sum over ranks, no transient buffer changed "
                           "between its write and its reads)\n"

@@ -30,3 +30,255 @@ extern "C" int shardplan_cuda_probe(ShardplanCudaProbeResult* result) {
   }
   return 0;
 }
+
+// ---- the replay
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+struct Context {
+  int device = 0;
+  cudaStream_t streams[4] = {};
+  cublasHandle_t blas = nullptr;
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  int group_ranks[2] = {1, 1};
+  cudaEvent_t step_start = nullptr;
+  std::vector<cudaEvent_t> starts, ends;
+  std::vector<char> ran;
+  std::vector<void*> allocations;
+  void* gemm_scratch = nullptr;  // A, B, C of the largest GEMM
+  long long gemm_scratch_bytes = 0;
+};
+
+bool failed(cudaError_t status, const char* what, ShardplanCudaError* error) {
+  if (status == cudaSuccess) return false;
+  std::snprintf(error->message, sizeof error->message, "%s: %s (%s)", what,
+                cudaGetErrorString(status), cudaGetErrorName(status));
+  return true;
+}
+
+bool failed(ncclResult_t status, const char* what, ShardplanCudaError* error) {
+  if (status == ncclSuccess) return false;
+  std::snprintf(error->message, sizeof error->message, "%s: %s", what, ncclGetErrorString(status));
+  return true;
+}
+
+bool failed(cublasStatus_t status, const char* what, ShardplanCudaError* error) {
+  if (status == CUBLAS_STATUS_SUCCESS) return false;
+  std::snprintf(error->message, sizeof error->message, "%s: cuBLAS status %d", what,
+                static_cast<int>(status));
+  return true;
+}
+
+ncclDataType_t nccl_type(int element_bytes) {
+  switch (element_bytes) {
+    case 1:
+      return ncclUint8;
+    case 2:
+      return ncclBfloat16;
+    case 8:
+      return ncclFloat64;
+    default:
+      return ncclFloat32;
+  }
+}
+
+}  // namespace
+
+extern "C" int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error) {
+  ncclUniqueId id;
+  if (failed(ncclGetUniqueId(&id), "ncclGetUniqueId", error)) return 1;
+  std::memcpy(id128, &id, sizeof id);
+  return 0;
+}
+
+extern "C" int shardplan_cuda_open(int device, int num_ops, int shard_ranks, int shard_rank,
+                                   const void* shard_id, int outer_ranks, int outer_rank,
+                                   const void* outer_id, void** context,
+                                   ShardplanCudaError* error) {
+  auto* c = new Context();
+  *context = c;
+  c->device = device;
+  if (failed(cudaSetDevice(device), "cudaSetDevice", error)) return 1;
+  for (cudaStream_t& s : c->streams) {
+    if (failed(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", error))
+      return 1;
+  }
+  if (failed(cublasCreate(&c->blas), "cublasCreate", error)) return 1;
+  const int ranks[2] = {shard_ranks, outer_ranks};
+  const int rank[2] = {shard_rank, outer_rank};
+  const void* ids[2] = {shard_id, outer_id};
+  for (int g = 0; g < 2; ++g) {
+    c->group_ranks[g] = ranks[g];
+    if (ranks[g] <= 1) continue;
+    ncclUniqueId id;
+    std::memcpy(&id, ids[g], sizeof id);
+    if (failed(ncclCommInitRank(&c->comms[g], ranks[g], id, rank[g]), "ncclCommInitRank", error))
+      return 1;
+  }
+  if (failed(cudaEventCreate(&c->step_start), "cudaEventCreate", error)) return 1;
+  c->starts.resize(static_cast<std::size_t>(num_ops));
+  c->ends.resize(static_cast<std::size_t>(num_ops));
+  c->ran.assign(static_cast<std::size_t>(num_ops), 0);
+  for (int i = 0; i < num_ops; ++i) {
+    if (failed(cudaEventCreate(&c->starts[static_cast<std::size_t>(i)]), "cudaEventCreate",
+               error) ||
+        failed(cudaEventCreate(&c->ends[static_cast<std::size_t>(i)]), "cudaEventCreate", error))
+      return 1;
+  }
+  return 0;
+}
+
+extern "C" int shardplan_cuda_alloc(void* context, long long bytes, void** data,
+                                    ShardplanCudaError* error) {
+  auto* c = static_cast<Context*>(context);
+  if (failed(cudaMalloc(data, static_cast<std::size_t>(std::max(bytes, 1LL))), "cudaMalloc", error))
+    return 1;
+  c->allocations.push_back(*data);
+  if (failed(cudaMemset(*data, 0, static_cast<std::size_t>(std::max(bytes, 1LL))), "cudaMemset",
+             error))
+    return 1;
+  return 0;
+}
+
+extern "C" int shardplan_cuda_begin_step(void* context, ShardplanCudaError* error) {
+  auto* c = static_cast<Context*>(context);
+  std::fill(c->ran.begin(), c->ran.end(), 0);
+  // Every stream starts after the step's start event, so op times share its origin.
+  if (failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error)) return 1;
+  if (failed(cudaEventRecord(c->step_start, c->streams[0]), "cudaEventRecord", error)) return 1;
+  for (int s = 1; s < 4; ++s) {
+    if (failed(cudaStreamWaitEvent(c->streams[s], c->step_start, 0), "cudaStreamWaitEvent", error))
+      return 1;
+  }
+  return 0;
+}
+
+extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
+                                  ShardplanCudaError* error) {
+  auto* c = static_cast<Context*>(context);
+  cudaStream_t stream = c->streams[op->stream];
+  for (int d = 0; d < op->num_deps; ++d) {
+    if (failed(cudaStreamWaitEvent(stream, c->ends[static_cast<std::size_t>(op->deps[d])], 0),
+               "cudaStreamWaitEvent", error))
+      return 1;
+  }
+  nvtxRangePushA(op->name);
+  const auto i = static_cast<std::size_t>(op->id);
+  if (op->part == 0 && failed(cudaEventRecord(c->starts[i], stream), "cudaEventRecord", error))
+    return 1;
+  switch (op->kind) {
+    case kCudaCompute: {
+      // One bf16 GEMM n × n × n with the op's FLOPs (2·n³), on a scratch workspace.
+      const long long n =
+          std::max(16LL, static_cast<long long>(std::cbrt(op->gemm_flops / 2.0) / 16) * 16);
+      const long long need = 3 * n * n * 2;
+      if (need > c->gemm_scratch_bytes) {
+        if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
+        if (failed(cudaMalloc(&c->gemm_scratch, static_cast<std::size_t>(need)), "cudaMalloc",
+                   error))
+          return 1;
+        cudaMemset(c->gemm_scratch, 0, static_cast<std::size_t>(need));
+        c->gemm_scratch_bytes = need;
+      }
+      auto* base = static_cast<char*>(c->gemm_scratch);
+      const float alpha = 1.0f, beta = 0.0f;
+      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
+      if (failed(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+                              static_cast<int>(n), static_cast<int>(n), &alpha, base, CUDA_R_16BF,
+                              static_cast<int>(n), base + n * n * 2, CUDA_R_16BF,
+                              static_cast<int>(n), &beta, base + 2 * n * n * 2, CUDA_R_16BF,
+                              static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx", error))
+        return 1;
+      break;
+    }
+    case kCudaOptimizer: {
+      // Memory-bound over the local shard: read and write every fp32 element once.
+      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
+      const float one = 1.0f;
+      if (op->count > 0 &&
+          failed(cublasSscal(c->blas, static_cast<int>(std::min(op->count, 2147483647LL)), &one,
+                             static_cast<float*>(op->output), 1),
+                 "cublasSscal", error))
+        return 1;
+      break;
+    }
+    case kCudaAllGather:
+    case kCudaReduceScatter:
+    case kCudaAllReduce: {
+      ncclComm_t comm = c->comms[op->group];
+      if (comm == nullptr || op->count <= 0) break;  // one rank: nothing to move
+      const ncclDataType_t type =
+          op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);
+      const auto count = static_cast<std::size_t>(op->count);
+      ncclResult_t status =
+          op->kind == kCudaAllGather
+              ? ncclAllGather(op->input, op->output, count, type, comm, stream)
+          : op->kind == kCudaReduceScatter
+              ? ncclReduceScatter(op->input, op->output, count, type, ncclSum, comm, stream)
+              : ncclAllReduce(op->input, op->output, count, type, ncclSum, comm, stream);
+      if (failed(status, "NCCL collective", error)) return 1;
+      break;
+    }
+    default:
+      break;
+  }
+  if (op->part == op->parts - 1) {
+    if (failed(cudaEventRecord(c->ends[i], stream), "cudaEventRecord", error)) return 1;
+    c->ran[i] = 1;
+  }
+  nvtxRangePop();
+  return 0;
+}
+
+extern "C" int shardplan_cuda_end_step(void* context, double* start, double* end,
+                                       ShardplanCudaError* error) {
+  auto* c = static_cast<Context*>(context);
+  if (failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error)) return 1;
+  for (std::size_t i = 0; i < c->ran.size(); ++i) {
+    start[i] = end[i] = -1;
+    if (!c->ran[i]) continue;
+    float a = 0, b = 0;
+    if (failed(cudaEventElapsedTime(&a, c->step_start, c->starts[i]), "cudaEventElapsedTime",
+               error) ||
+        failed(cudaEventElapsedTime(&b, c->step_start, c->ends[i]), "cudaEventElapsedTime", error))
+      return 1;
+    start[i] = a / 1e3;
+    end[i] = b / 1e3;
+  }
+  return 0;
+}
+
+extern "C" int shardplan_cuda_memory(void* context, long long* free_bytes, long long* total_bytes,
+                                     ShardplanCudaError* error) {
+  (void)context;
+  std::size_t f = 0, t = 0;
+  if (failed(cudaMemGetInfo(&f, &t), "cudaMemGetInfo", error)) return 1;
+  *free_bytes = static_cast<long long>(f);
+  *total_bytes = static_cast<long long>(t);
+  return 0;
+}
+
+extern "C" void shardplan_cuda_close(void* context) {
+  auto* c = static_cast<Context*>(context);
+  if (c == nullptr) return;
+  cudaDeviceSynchronize();
+  for (ncclComm_t comm : c->comms)
+    if (comm != nullptr) ncclCommDestroy(comm);
+  for (void* p : c->allocations) cudaFree(p);
+  if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
+  for (cudaEvent_t e : c->starts) cudaEventDestroy(e);
+  for (cudaEvent_t e : c->ends) cudaEventDestroy(e);
+  if (c->step_start != nullptr) cudaEventDestroy(c->step_start);
+  if (c->blas != nullptr) cublasDestroy(c->blas);
+  for (cudaStream_t s : c->streams)
+    if (s != nullptr) cudaStreamDestroy(s);
+  delete c;
+}

@@ -14,6 +14,55 @@ struct ShardplanCudaProbeResult {
 
 // Fills `result`; returns 0.
 int shardplan_cuda_probe(ShardplanCudaProbeResult* result);
+
+// The replay. Every call returns 0 or writes a message to `error` (ShardplanCudaError)
+// and returns non-zero. A context holds the device, one stream per plan stream, cuBLAS,
+// one NCCL communicator per group, and per-op start/end events.
+struct ShardplanCudaError {
+  char message[512];
+};
+
+enum ShardplanCudaOpKind {
+  kCudaCompute = 0,
+  kCudaOptimizer = 1,
+  kCudaAllGather = 2,
+  kCudaReduceScatter = 3,
+  kCudaAllReduce = 4
+};
+
+struct ShardplanCudaOp {
+  int kind;      // ShardplanCudaOpKind
+  int stream;    // 0 compute, 1 ag, 2 rs, 3 outer
+  int group;     // 0 dp_shard, 1 dp_outer
+  long long id;  // plan op id
+  const long long* deps;
+  int num_deps;
+  const char* name;   // NVTX range
+  double gemm_flops;  // compute: run as one bf16 GEMM of these FLOPs
+  // Collective and optimizer operands: `count` elements of `element_bytes` each.
+  void* input;
+  void* output;
+  long long count;
+  int element_bytes;
+  int part;   // an op may take several calls (one per parameter group): the first
+  int parts;  // records its start, the last its end
+};
+
+// `shard_id`/`outer_id`: 128-byte ncclUniqueId of each group (from shardplan_cuda_unique_id
+// on the group's first rank, broadcast by MPI); a group of one rank needs none.
+int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error);
+int shardplan_cuda_open(int device, int num_ops, int shard_ranks, int shard_rank,
+                        const void* shard_id, int outer_ranks, int outer_rank, const void* outer_id,
+                        void** context, ShardplanCudaError* error);
+int shardplan_cuda_alloc(void* context, long long bytes, void** data, ShardplanCudaError* error);
+int shardplan_cuda_begin_step(void* context, ShardplanCudaError* error);
+int shardplan_cuda_run(void* context, const ShardplanCudaOp* op, ShardplanCudaError* error);
+// Waits for the step; `start`/`end` (num_ops each) get seconds from the step's start;
+// ops not run this step get -1.
+int shardplan_cuda_end_step(void* context, double* start, double* end, ShardplanCudaError* error);
+int shardplan_cuda_memory(void* context, long long* free_bytes, long long* total_bytes,
+                          ShardplanCudaError* error);
+void shardplan_cuda_close(void* context);
 }
 
 namespace shardplan {

@@ -25,6 +25,32 @@ std::vector<std::filesystem::path> plugin_candidates() {
 
 }  // namespace
 
+void* load_cuda_plugin(std::string& error) {
+#ifndef SHARDPLAN_WITH_CUDA
+  error = "shardplan was built without the CUDA backend (SHARDPLAN_CUDA=OFF)";
+  return nullptr;
+#else
+  static void* handle = nullptr;  // stays open for the process: the backend lives as long
+  if (handle != nullptr) return handle;
+  std::string load_errors;
+  for (const auto& candidate : plugin_candidates()) {
+    if (!std::filesystem::exists(candidate)) continue;
+    void* h = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      load_errors += fmt::format(" {}: {};", candidate.string(), ::dlerror());
+      continue;
+    }
+    handle = h;
+    return handle;
+  }
+  error =
+      load_errors.empty()
+          ? fmt::format("the CUDA plugin {} was not found beside the executable", kCudaPluginFile)
+          : "the CUDA plugin did not load:" + load_errors;
+  return nullptr;
+#endif
+}
+
 CudaProbe probe_cuda() {
   CudaProbe probe;
 #ifndef SHARDPLAN_WITH_CUDA

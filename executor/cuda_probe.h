@@ -19,6 +19,9 @@ struct CudaProbe {
 
 CudaProbe probe_cuda();
 
+// The loaded plugin's handle (dlopen), or nullptr with `error` saying why.
+void* load_cuda_plugin(std::string& error);
+
 // Throws InputError("no CUDA device: ...") unless a CUDA device is usable; the CUDA
 // executor calls this before anything else.
 void require_cuda_device();

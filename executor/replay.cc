@@ -92,7 +92,12 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
       backend.run(op, reads, writes);
       end[static_cast<std::size_t>(id)] = backend.now() - t0;
     }
-    step_seconds = backend.max_over_ranks(backend.now() - t0);
+    if (backend.device_timed()) {
+      backend.end_step(start, end);
+      step_seconds = backend.max_over_ranks(*std::max_element(end.begin(), end.end()));
+    } else {
+      step_seconds = backend.max_over_ranks(backend.now() - t0);
+    }
   }
   for (const PlanOp& op : plan.ops) {
     const auto i = static_cast<std::size_t>(op.id);
@@ -107,6 +112,8 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   }
   int64_t held = plan.pool.size_bytes;
   for (const PlanBuffer& b : plan.buffers) held += b.persistent ? b.bytes : 0;
+  // What the device reports in use (context, NCCL and cuBLAS workspaces included).
+  held = std::max(held, backend.device_memory_used());
   t.memory = {{0, held, held}, {step_seconds, held, held}};
   t.summary.step_seconds = step_seconds;
   t.summary.tokens_per_second_per_gpu =

@@ -56,6 +56,16 @@ class ExecutorBackend {
   virtual double now() = 0;  // seconds
   // The slowest rank's value of `seconds` (a collective).
   virtual double max_over_ranks(double seconds) = 0;
+  // Backends that run ops asynchronously (CUDA) time them on the device: after a step's
+  // ops are issued, end_step waits and fills each op's start and end (seconds from the
+  // step's start). Others are timed by the engine around run().
+  virtual bool device_timed() const { return false; }
+  virtual void end_step(std::vector<double>& start, std::vector<double>& end) {
+    (void)start;
+    (void)end;
+  }
+  // Device memory in use after setup (0 when the backend cannot tell).
+  virtual int64_t device_memory_used() { return 0; }
 };
 
 // Validates the plan, allocates the pool once at its planned size and every persistent

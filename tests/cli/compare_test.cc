@@ -36,9 +36,9 @@ TEST(CompareCommand, SumsOpTimePerKindAndTheStep) {
   const CommandResult r = run_shardplan({"compare", a, b, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json c = stdout_json(r);
-  EXPECT_NEAR(c["step"]["measured_seconds"].get<double>() /
-                  c["step"]["predicted_seconds"].get<double>(),
-              2.0, 1e-9);
+  EXPECT_NEAR(
+      c["step"]["measured_seconds"].get<double>() / c["step"]["predicted_seconds"].get<double>(),
+      2.0, 1e-9);
   for (const auto& [kind, t] : c["by_kind"].items()) {
     if (t["predicted_seconds"].get<double>() > 0) {
       EXPECT_NEAR(t["measured_seconds"].get<double>() / t["predicted_seconds"].get<double>(), 2.0,

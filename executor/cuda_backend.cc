@@ -1,0 +1,239 @@
+#include "executor/cuda_backend.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "executor/cuda_plugin_abi.h"
+#include "executor/cuda_probe.h"
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+template <typename F>
+F symbol(void* handle, const char* name) {
+  auto* f = reinterpret_cast<F>(::dlsym(handle, name));
+  if (f == nullptr) throw std::runtime_error(fmt::format("the CUDA plugin has no {}", name));
+  return f;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::atoi(v);
+}
+
+class CudaBackend final : public ExecutorBackend {
+ public:
+  explicit CudaBackend(bool mpi) : mpi_(mpi) {
+    require_cuda_device();
+    std::string error;
+    void* h = load_cuda_plugin(error);
+    if (h == nullptr) throw InputError("", "--backend cuda", error);
+    unique_id_ = symbol<decltype(unique_id_)>(h, "shardplan_cuda_unique_id");
+    open_ = symbol<decltype(open_)>(h, "shardplan_cuda_open");
+    alloc_ = symbol<decltype(alloc_)>(h, "shardplan_cuda_alloc");
+    begin_ = symbol<decltype(begin_)>(h, "shardplan_cuda_begin_step");
+    run_ = symbol<decltype(run_)>(h, "shardplan_cuda_run");
+    end_ = symbol<decltype(end_)>(h, "shardplan_cuda_end_step");
+    memory_ = symbol<decltype(memory_)>(h, "shardplan_cuda_memory");
+    close_ = symbol<decltype(close_)>(h, "shardplan_cuda_close");
+    if (mpi_) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+      MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    }
+  }
+  ~CudaBackend() override {
+    if (context_ != nullptr) close_(context_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  bool device_timed() const override { return true; }
+
+  void prepare(const Plan& plan) override {
+    plan_ = &plan;
+    dp_shard_ = static_cast<int>(plan.config.dp_shard);
+    const int dp_outer = static_cast<int>(plan.config.dp_outer);
+    const int shard_rank = rank_ % dp_shard_, outer_rank = rank_ / dp_shard_;
+    // One NCCL id per group, made by the group's first rank and sent over MPI.
+    char shard_id[128] = {}, outer_id[128] = {};
+    if (mpi_) {
+      MPI_Comm shard, outer;
+      MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp_shard_, rank_, &shard);
+      MPI_Comm_split(MPI_COMM_WORLD, rank_ % dp_shard_, rank_, &outer);
+      if (shard_rank == 0 && dp_shard_ > 1) check(unique_id_(shard_id, &error_));
+      if (outer_rank == 0 && dp_outer > 1) check(unique_id_(outer_id, &error_));
+      MPI_Bcast(shard_id, 128, MPI_BYTE, 0, shard);
+      MPI_Bcast(outer_id, 128, MPI_BYTE, 0, outer);
+      MPI_Comm_free(&shard);
+      MPI_Comm_free(&outer);
+    }
+    // Ranks on a node take its devices in order.
+    const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
+    const int devices = std::max(1, probe_cuda().device_count);
+    check(open_(local % devices, static_cast<int>(plan.ops.size()), dp_shard_, shard_rank, shard_id,
+                dp_outer, outer_rank, outer_id, &context_, &error_));
+  }
+
+  std::byte* allocate(int64_t bytes) override {
+    void* p = nullptr;
+    check(alloc_(context_, bytes, &p, &error_));
+    return static_cast<std::byte*>(p);
+  }
+  void release(std::byte*) override {}  // freed with the context
+
+  void initialise(const std::vector<BufferSpan>&) override {}  // zeroed by alloc
+
+  void begin_step(int) override { check(begin_(context_, &error_)); }
+
+  void run(const PlanOp& op, const std::vector<BufferSpan>& reads,
+           const std::vector<BufferSpan>& writes) override {
+    ShardplanCudaOp c{};
+    c.stream = static_cast<int>(op.stream);
+    c.group = op.group == CommGroup::dp_outer ? 1 : 0;
+    c.id = op.id;
+    static_assert(sizeof(long long) == sizeof(int64_t));
+    c.deps = reinterpret_cast<const long long*>(op.deps.data());
+    c.num_deps = static_cast<int>(op.deps.size());
+    c.name = op.name.c_str();
+    c.parts = 1;
+    std::vector<ShardplanCudaOp> calls;
+    const int p = static_cast<int>(op.group_ranks);
+    const int me = op.group == CommGroup::dp_outer ? rank_ / dp_shard_ : rank_ % dp_shard_;
+    switch (op.kind) {
+      case OpKind::forward:
+      case OpKind::backward:
+      case OpKind::recompute:
+        c.kind = kCudaCompute;
+        c.gemm_flops = op.flops;
+        calls.push_back(c);
+        break;
+      case OpKind::optimizer_step:
+        c.kind = kCudaOptimizer;
+        for (const BufferSpan& w : writes) {
+          if (dtype_bytes(w.buffer->dtype) != 4) continue;  // fp32 master weights and states
+          c.output = w.data;
+          c.count = w.bytes / 4;
+          calls.push_back(c);
+        }
+        if (calls.empty()) calls.push_back(c);
+        break;
+      case OpKind::all_gather: {
+        c.kind = kCudaAllGather;
+        int64_t gathered = 0;
+        for (const BufferSpan& r : reads)
+          if (r.buffer->role == BufferRole::model_weight) gathered += r.bytes * p;
+        if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
+          int64_t offset = 0;
+          for (const BufferSpan& r : reads) {
+            if (r.buffer->role != BufferRole::model_weight) continue;
+            c.input = r.data;
+            c.output = writes[0].data + offset;
+            c.count = r.bytes;
+            calls.push_back(c);
+            offset += r.bytes * p;
+          }
+        } else {
+          for (const BufferSpan& w : writes) {  // in place: this rank's region to all
+            if (w.buffer->role != BufferRole::model_weight) continue;
+            c.count = w.bytes / p;
+            c.output = w.data;
+            c.input = w.data + me * c.count;
+            calls.push_back(c);
+          }
+        }
+        break;
+      }
+      case OpKind::reduce_scatter:
+      case OpKind::all_reduce: {
+        c.kind = op.kind == OpKind::all_reduce ? kCudaAllReduce : kCudaReduceScatter;
+        int64_t total_out = 0;
+        for (const BufferSpan& w : writes) total_out += w.bytes;
+        const bool from_transient =
+            reads.size() == 1 && !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
+        int64_t offset = 0;
+        for (const BufferSpan& w : writes) {
+          const int e = static_cast<int>(dtype_bytes(w.buffer->dtype));
+          c.element_bytes = e;
+          if (c.kind == kCudaAllReduce) {
+            c.input = c.output = w.data;
+            c.count = w.bytes / e;
+          } else if (from_transient) {
+            c.input = reads[0].data + offset;
+            c.output = w.data;
+            c.count = w.bytes / e;
+            offset += w.bytes * p;
+          } else {  // in place: the reduced region lands at this rank's offset
+            c.count = w.bytes / e / p;
+            c.input = w.data;
+            c.output = w.data + me * c.count * e;
+          }
+          calls.push_back(c);
+        }
+        break;
+      }
+    }
+    if (calls.empty()) calls.push_back(c);
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      calls[k].part = static_cast<int>(k);
+      calls[k].parts = static_cast<int>(calls.size());
+      check(run_(context_, &calls[k], &error_));
+    }
+  }
+
+  void end_step(std::vector<double>& start, std::vector<double>& end) override {
+    check(end_(context_, start.data(), end.data(), &error_));
+  }
+
+  double now() override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  double max_over_ranks(double seconds) override {
+    if (!mpi_) return seconds;
+    double out = 0;
+    MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return out;
+  }
+
+  int64_t device_memory_used() override {
+    long long free_bytes = 0, total = 0;
+    check(memory_(context_, &free_bytes, &total, &error_));
+    return total - free_bytes;
+  }
+
+ private:
+  void check(int status) {
+    if (status != 0) throw std::runtime_error(std::string("CUDA backend: ") + error_.message);
+  }
+
+  bool mpi_ = false;
+  int rank_ = 0, size_ = 1, dp_shard_ = 1;
+  const Plan* plan_ = nullptr;
+  void* context_ = nullptr;
+  ShardplanCudaError error_{};
+  int (*unique_id_)(void*, ShardplanCudaError*) = nullptr;
+  int (*open_)(int, int, int, int, const void*, int, int, const void*, void**,
+               ShardplanCudaError*) = nullptr;
+  int (*alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
+  int (*begin_)(void*, ShardplanCudaError*) = nullptr;
+  int (*run_)(void*, const ShardplanCudaOp*, ShardplanCudaError*) = nullptr;
+  int (*end_)(void*, double*, double*, ShardplanCudaError*) = nullptr;
+  int (*memory_)(void*, long long*, long long*, ShardplanCudaError*) = nullptr;
+  void (*close_)(void*) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutorBackend> make_cuda_backend(bool mpi) {
+  return std::make_unique<CudaBackend>(mpi);
+}
+
+}  // namespace shardplan
