@@ -111,7 +111,23 @@ class CudaBackend final : public ExecutorBackend {
       case OpKind::backward:
       case OpKind::recompute:
         c.kind = kCudaCompute;
-        c.gemm_flops = op.flops;
+        c.gemm_flops = op.flops - op.attention_flops;
+        c.attention_flops = op.attention_flops;
+        c.memory_bytes = static_cast<long long>(op.bytes);
+        shapes_.clear();
+        if (op.segment >= 0) {
+          // Forward (and its recompute) runs each matmul; backward two per matmul: the
+          // input gradient (m × k × n) and the weight gradient (n × k × m).
+          for (const GemmShape& g : plan_->segments[static_cast<std::size_t>(op.segment)].gemms) {
+            if (op.kind == OpKind::backward) {
+              shapes_.insert(shapes_.end(), {g.m, g.k, g.n, g.n, g.k, g.m});
+            } else {
+              shapes_.insert(shapes_.end(), {g.m, g.n, g.k});
+            }
+          }
+        }
+        c.gemms = shapes_.data();
+        c.num_gemms = static_cast<int>(shapes_.size() / 3);
         calls.push_back(c);
         break;
       case OpKind::optimizer_step:
@@ -214,6 +230,7 @@ class CudaBackend final : public ExecutorBackend {
     if (status != 0) throw std::runtime_error(std::string("CUDA backend: ") + error_.message);
   }
 
+  std::vector<long long> shapes_;
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, dp_shard_ = 1;
   const Plan* plan_ = nullptr;

@@ -175,10 +175,21 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
     return 1;
   switch (op->kind) {
     case kCudaCompute: {
-      // One bf16 GEMM n × n × n with the op's FLOPs (2·n³), on a scratch workspace.
-      const long long n =
-          std::max(16LL, static_cast<long long>(std::cbrt(op->gemm_flops / 2.0) / 16) * 16);
-      const long long need = 3 * n * n * 2;
+      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
+      std::vector<long long> shapes(op->gemms, op->gemms + 3 * op->num_gemms);
+      // FLOPs without shapes (and attention) run as square GEMMs of as many FLOPs.
+      for (double flops : {op->num_gemms == 0 ? op->gemm_flops : 0.0, op->attention_flops}) {
+        if (flops <= 0) continue;
+        const long long n =
+            std::max(16LL, static_cast<long long>(std::cbrt(flops / 2.0) / 16) * 16);
+        shapes.insert(shapes.end(), {n, n, n});
+      }
+      long long need = 0;
+      for (std::size_t g = 0; g + 2 < shapes.size(); g += 3) {
+        const long long m = shapes[g], n = shapes[g + 1], k = shapes[g + 2];
+        need = std::max(need, (m * k + k * n + m * n) * 2);
+      }
+      need = std::max(need, op->memory_bytes);
       if (need > c->gemm_scratch_bytes) {
         if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
         if (failed(cudaMalloc(&c->gemm_scratch, static_cast<std::size_t>(need)), "cudaMalloc",
@@ -189,13 +200,26 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
       }
       auto* base = static_cast<char*>(c->gemm_scratch);
       const float alpha = 1.0f, beta = 0.0f;
-      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
-      if (failed(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
-                              static_cast<int>(n), static_cast<int>(n), &alpha, base, CUDA_R_16BF,
-                              static_cast<int>(n), base + n * n * 2, CUDA_R_16BF,
-                              static_cast<int>(n), &beta, base + 2 * n * n * 2, CUDA_R_16BF,
-                              static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx", error))
+      for (std::size_t g = 0; g + 2 < shapes.size(); g += 3) {
+        const long long m = shapes[g], n = shapes[g + 1], k = shapes[g + 2];
+        char* a_ = base;              // m × k
+        char* b_ = base + m * k * 2;  // k × n
+        char* c_ = b_ + k * n * 2;    // m × n
+        // Row-major C = A·B as column-major Cᵀ = Bᵀ·Aᵀ.
+        if (failed(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+                                static_cast<int>(m), static_cast<int>(k), &alpha, b_, CUDA_R_16BF,
+                                static_cast<int>(n), a_, CUDA_R_16BF, static_cast<int>(k), &beta,
+                                c_, CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx", error))
+          return 1;
+      }
+      // The memory-bound kernels: read and write `memory_bytes` in all.
+      const long long copy_bytes = op->memory_bytes / 2;
+      if (copy_bytes > 0 && failed(cudaMemcpyAsync(base + (op->memory_bytes - copy_bytes), base,
+                                                   static_cast<std::size_t>(copy_bytes),
+                                                   cudaMemcpyDeviceToDevice, stream),
+                                   "cudaMemcpyAsync", error))
         return 1;
       break;
     }

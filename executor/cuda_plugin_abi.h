@@ -37,8 +37,15 @@ struct ShardplanCudaOp {
   long long id;  // plan op id
   const long long* deps;
   int num_deps;
-  const char* name;   // NVTX range
-  double gemm_flops;  // compute: run as one bf16 GEMM of these FLOPs
+  const char* name;  // NVTX range
+  // Compute: the op's matmuls as (M, N, K) triples (bf16 cuBLAS GEMMs of those shapes),
+  // its attention FLOPs (one square bf16 GEMM of as many FLOPs) and its memory-bound
+  // traffic (a device copy moving as many bytes). No shapes: one square GEMM of gemm_flops.
+  const long long* gemms;
+  int num_gemms;
+  double gemm_flops;
+  double attention_flops;
+  long long memory_bytes;
   // Collective and optimizer operands: `count` elements of `element_bytes` each.
   void* input;
   void* output;

@@ -1,6 +1,9 @@
 #include "models/module_cost.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <functional>
 #include <vector>
 
 #include "models/error.h"
@@ -79,6 +82,24 @@ double backward_flops_of_kind(const Module& module, const BatchShape& shape, Com
                ? own_forward_flops(m, shape, true) * m.cost.bwd_flops_factor * tokens_of(shape) * s
                : 0.0;
   });
+}
+
+std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape) {
+  std::vector<GemmShape> out;
+  std::function<void(const Module&, double)> walk = [&](const Module& m, double parent_share) {
+    const double s = share(m, parent_share);
+    if (m.cost.kind == ComputeKind::gemm && !m.parameters.empty() &&
+        m.parameters.front().shape.size() == 2) {
+      const auto& w = m.parameters.front().shape;
+      out.push_back(
+          {.m = std::max<int64_t>(1, static_cast<int64_t>(std::llround(tokens_of(shape) * s))),
+           .n = w[0],
+           .k = w[1]});
+    }
+    for (const Module& c : m.children) walk(c, s);
+  };
+  walk(module, 1.0);
+  return out;
 }
 
 double selective_recompute_flops(const Module& module, const BatchShape& shape) {

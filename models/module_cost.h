@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/model_spec.h"
 
@@ -32,6 +33,14 @@ double backward_flops(const Module& module, const BatchShape& shape);
 // The parts of forward_flops / backward_flops that modules of `kind` execute.
 double forward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
 double backward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
+// One matmul of a forward pass: (m × k) · (k × n), m the tokens it sees.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+// The matmuls of `module`'s forward on one micro-batch: every GEMM-kind module's 2-D
+// weight [out, in] (PyTorch layout) as (tokens × its token share, out, in).
+std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape);
+
 // Forward FLOPs of the modules re-run inside backward under selective recompute.
 double selective_recompute_flops(const Module& module, const BatchShape& shape);
 // Model FLOPs of one training pass in the PaLM/Megatron convention used for MFU: 3× the

@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "models/dtype.h"
+#include "models/module_cost.h"
 #include "planner/fsdp_config.h"
 
 namespace shardplan {
 
 // plan.json schema version; bump on any incompatible change (docs/formats.md).
-inline constexpr int kPlanVersion = 2;
+inline constexpr int kPlanVersion = 3;
 
 enum class Stream { compute, ag, rs, outer };
 enum class OpKind {
@@ -89,8 +90,10 @@ struct PlanSegment {
   double backward_flops = 0;            // one micro-batch; with selective recompute, the re-run too
   double forward_attention_flops = 0;   // the part of forward_flops run by attention kernels
   double backward_attention_flops = 0;  // the part of backward_flops run by attention kernels
-  double io_bytes = 0;          // activation bytes read + written by memory-bound work (forward)
-  double activation_bytes = 0;  // saved for backward under the config's recompute
+  double io_bytes = 0;  // activation bytes read + written by memory-bound work (forward)
+  std::vector<GemmShape>
+      gemms;  // the forward's matmuls (m tokens, n out, k in); backward runs two per
+  double activation_bytes = 0;       // saved for backward under the config's recompute
   double full_activation_bytes = 0;  // saved without recompute (re-created under full)
   bool checkpointed = false;         // re-run in backward under full recompute
 };

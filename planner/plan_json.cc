@@ -30,6 +30,33 @@ nlohmann::json ids(const std::vector<int64_t>& v) {
 
 }  // namespace
 
+namespace {
+
+nlohmann::json gemms_json(const std::vector<GemmShape>& gemms) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const GemmShape& g : gemms) out.push_back({g.m, g.n, g.k});
+  return out;
+}
+
+std::vector<GemmShape> gemms_from(const JsonReader& r) {
+  const nlohmann::json& list = r.value("gemms");
+  if (!list.is_array()) r.fail("gemms", "expected a list of [m, n, k]");
+  std::vector<GemmShape> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& g = list[i];
+    if (!g.is_array() || g.size() != 3 ||
+        !std::all_of(g.begin(), g.end(), [](const nlohmann::json& v) {
+          return v.is_number_integer() && v.get<int64_t>() > 0;
+        })) {
+      r.fail(fmt::format("gemms/{}", i), "expected [m, n, k], three positive integers");
+    }
+    out.push_back({g[0].get<int64_t>(), g[1].get<int64_t>(), g[2].get<int64_t>()});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json units = nlohmann::json::array();
   for (const PlanUnit& u : plan.units) {
@@ -58,6 +85,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"forward_attention_flops", s.forward_attention_flops},
                         {"backward_attention_flops", s.backward_attention_flops},
                         {"io_bytes", s.io_bytes},
+                        {"gemms", gemms_json(s.gemms)},
                         {"activation_bytes", s.activation_bytes},
                         {"full_activation_bytes", s.full_activation_bytes},
                         {"checkpointed", s.checkpointed}});
@@ -170,7 +198,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
-                   "forward_attention_flops", "backward_attention_flops", "io_bytes",
+                   "forward_attention_flops", "backward_attention_flops", "io_bytes", "gemms",
                    "activation_bytes", "full_activation_bytes", "checkpointed"});
     plan.segments.push_back(
         PlanSegment{.id = s.integer("id"),
@@ -182,6 +210,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                     .forward_attention_flops = s.non_negative_number("forward_attention_flops"),
                     .backward_attention_flops = s.non_negative_number("backward_attention_flops"),
                     .io_bytes = s.non_negative_number("io_bytes"),
+                    .gemms = gemms_from(s),
                     .activation_bytes = s.non_negative_number("activation_bytes"),
                     .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
                     .checkpointed = s.boolean("checkpointed")});

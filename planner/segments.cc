@@ -52,6 +52,7 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.forward_flops += forward_flops(*t.module, shape);
     s.backward_flops += backward_flops(*t.module, shape);
     s.forward_attention_flops += forward_flops_of_kind(*t.module, shape, ComputeKind::attention);
+    for (const GemmShape& g : forward_gemms(*t.module, shape)) s.gemms.push_back(g);
     s.backward_attention_flops += backward_flops_of_kind(*t.module, shape, ComputeKind::attention);
     // Selective recompute re-runs the marked modules (core attention) inside backward.
     if (recompute == Recompute::selective) {

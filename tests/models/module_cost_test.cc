@@ -207,3 +207,26 @@ TEST(ModuleCost, EagerPyTorchLayerActivationsBracketTheModel) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// The matmul shapes carry exactly the GEMM FLOPs: 2·m·n·k summed over a layer's matmuls is
+// its forward FLOPs less attention's, for dense and MoE layers.
+TEST(ModuleCost, GemmShapesAddUpToTheGemmFlops) {
+  for (const char* name : {"llama3-8b", "mixtral-8x7b"}) {
+    const ModelSpec model = load_model(name);
+    const BatchShape shape{.micro_batch = 2, .seq_len = 4096};
+    const Module* layer = find_module(model.root, "layers.0");
+    ASSERT_NE(layer, nullptr);
+    double gemm = 0;
+    for (const GemmShape& g : forward_gemms(*layer, shape))
+      gemm += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+    const double expected =
+        forward_flops(*layer, shape) - forward_flops_of_kind(*layer, shape, ComputeKind::attention);
+    EXPECT_NEAR(gemm / expected, 1.0, 1e-6) << name;
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
