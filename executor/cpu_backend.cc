@@ -193,13 +193,28 @@ class CpuBackend final : public ExecutorBackend {
   }
 
   void compute(const PlanOp& op, const std::vector<BufferSpan>& writes) {
-    // The work: one GEMM with a fraction of the op's FLOPs (2·n³).
-    const double flops = op.flops * options_.compute_scale;
-    const auto n = static_cast<Eigen::Index>(std::clamp(std::cbrt(flops / 2.0), 1.0, 512.0));
-    Eigen::MatrixXf a = Eigen::MatrixXf::Constant(n, n, 0.5f),
-                    b = Eigen::MatrixXf::Constant(n, n, 0.25f);
-    Eigen::MatrixXf c = a * b;
-    sink_ += c(0, 0);
+    // The work: the layer's matmuls (two per matmul in backward), each dimension shrunk by
+    // the cube root of the compute scale so the FLOPs shrink by the scale.
+    const double shrink = std::cbrt(options_.compute_scale);
+    auto dim = [&](int64_t d) {
+      return static_cast<Eigen::Index>(std::max(1.0, std::round(static_cast<double>(d) * shrink)));
+    };
+    auto gemm = [&](int64_t m, int64_t n, int64_t k) {
+      const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(dim(m), dim(k), 0.5f);
+      const Eigen::MatrixXf b = Eigen::MatrixXf::Constant(dim(k), dim(n), 0.25f);
+      const Eigen::MatrixXf c = a * b;
+      sink_ += c(0, 0);
+    };
+    if (op.segment >= 0) {
+      for (const GemmShape& g : plan_->segments[static_cast<std::size_t>(op.segment)].gemms) {
+        if (op.kind == OpKind::backward) {
+          gemm(g.m, g.k, g.n);  // input gradient
+          gemm(g.n, g.k, g.m);  // weight gradient
+        } else {
+          gemm(g.m, g.n, g.k);
+        }
+      }
+    }
     for (const BufferSpan& s : writes) {
       const PlanBuffer& buf = *s.buffer;
       if (buf.role == BufferRole::unsharded_grad || buf.role == BufferRole::main_grad) {

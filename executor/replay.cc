@@ -77,7 +77,7 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
              .num_gpus = plan.num_gpus,
              .allocator = "pool"};
   std::vector<double> start(plan.ops.size()), end(plan.ops.size());
-  double step_seconds = 0;
+  double step_seconds = 0, timed_total = 0;
   std::vector<BufferSpan> reads, writes;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
     backend.begin_step(step);
@@ -98,7 +98,10 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
     } else {
       step_seconds = backend.max_over_ranks(backend.now() - t0);
     }
+    if (step >= options.warmup) timed_total += step_seconds;
   }
+  // The step time is the mean over the timed steps; op times are the last step's.
+  step_seconds = timed_total / std::max(options.steps, 1);
   for (const PlanOp& op : plan.ops) {
     const auto i = static_cast<std::size_t>(op.id);
     t.ops.push_back({.op = op.id,

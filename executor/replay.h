@@ -15,7 +15,7 @@ namespace shardplan {
 struct ReplayOptions {
   int warmup = 1;  // steps run before timing
   int steps = 2;   // steps timed
-  // Compute ops run as one GEMM with this fraction of their FLOPs (CPU backend: real
+  // CPU backend: compute ops run their matmuls shrunk to this fraction of the FLOPs (real
   // sizes would take hours on a CPU).
   double compute_scale = 1e-6;
   bool check = true;  // integrity checks on real data (CPU backend)
@@ -71,8 +71,9 @@ class ExecutorBackend {
 // Validates the plan, allocates the pool once at its planned size and every persistent
 // buffer, then runs warmup + timed steps: ops in an order that respects every dependency
 // and each stream's order, communication streams first whenever they may run (as a GPU's
-// would), so a missing dependency shows as a read before a write. Returns the last timed
-// step as a measured Timeline (this rank's op times; the step time is the slowest rank's).
+// would), so a missing dependency shows as a read before a write. Returns a measured
+// Timeline: this rank's op times in the last timed step, and the step time averaged over
+// the timed steps, each the slowest rank's.
 Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options);
 
 // The order replay runs ops in (exposed for tests).
