@@ -119,6 +119,7 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   held = std::max(held, backend.device_memory_used());
   t.memory = {{0, held, held}, {step_seconds, held, held}};
   t.summary.step_seconds = step_seconds;
+  summarize_streams(t);
   t.summary.tokens_per_second_per_gpu =
       step_seconds > 0 ? static_cast<double>(plan.tokens_per_gpu) / step_seconds : 0;
   t.summary.peak_allocated_bytes = held;

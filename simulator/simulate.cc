@@ -147,16 +147,6 @@ std::vector<int64_t> critical_path(const Graph& g, const std::vector<double>& en
   return path;
 }
 
-// Total length of [a, b) not covered by the sorted, disjoint `busy` intervals.
-double uncovered(double a, double b, const std::vector<std::pair<double, double>>& busy) {
-  double covered = 0;
-  auto it = std::lower_bound(busy.begin(), busy.end(), std::pair{a, -1.0},
-                             [](const auto& x, const auto& y) { return x.second <= y.first; });
-  for (; it != busy.end() && it->first < b; ++it)
-    covered += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
-  return std::max(0.0, (b - a) - covered);
-}
-
 struct MemoryEvent {
   double time;
   bool allocate;  // frees first at equal times (half-open lifetimes)
@@ -281,28 +271,9 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   TimelineSummary& s = t.summary;
   s.step_seconds = n == 0 ? 0 : *std::max_element(end.begin(), end.end());
 
-  // Compute-stream busy intervals (disjoint: one op at a time) for exposure.
-  std::vector<std::pair<double, double>> busy;
-  double executed_flops = 0;
-  for (const PlanOp& op : plan.ops) {
-    if (op.stream != Stream::compute) continue;
-    const auto i = static_cast<std::size_t>(op.id);
-    if (end[i] > start[i]) busy.emplace_back(start[i], end[i]);
-    s.compute_seconds += end[i] - start[i];
-    executed_flops += op.flops;
-  }
-  std::sort(busy.begin(), busy.end());
-  for (const PlanOp& op : plan.ops) {
-    if (op.stream == Stream::compute) continue;
-    const auto i = static_cast<std::size_t>(op.id);
-    const double exposed = uncovered(start[i], end[i], busy);
-    (op.stream == Stream::ag   ? s.exposed_all_gather_seconds
-     : op.stream == Stream::rs ? s.exposed_reduce_scatter_seconds
-                               : s.exposed_outer_seconds) += exposed;
-  }
+  summarize_streams(t);
   if (s.step_seconds > 0) {
     s.tokens_per_second_per_gpu = static_cast<double>(plan.tokens_per_gpu) / s.step_seconds;
-    s.tflops_per_gpu = executed_flops / s.step_seconds / 1e12;
     s.mfu = plan.model_flops / (s.step_seconds * cluster.gpu.bf16_dense_flops);
   }
 

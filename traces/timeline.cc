@@ -2,11 +2,50 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "models/json_reader.h"
 
 namespace shardplan {
+
+namespace {
+
+// Length of [a, b) not covered by the sorted, disjoint `busy` intervals.
+double uncovered(double a, double b, const std::vector<std::pair<double, double>>& busy) {
+  double covered = 0;
+  auto it = std::lower_bound(busy.begin(), busy.end(), std::pair{a, -1.0},
+                             [](const auto& x, const auto& y) { return x.second <= y.first; });
+  for (; it != busy.end() && it->first < b; ++it)
+    covered += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
+  return std::max(0.0, (b - a) - covered);
+}
+
+}  // namespace
+
+void summarize_streams(Timeline& t) {
+  TimelineSummary& s = t.summary;
+  s.compute_seconds = s.exposed_all_gather_seconds = s.exposed_reduce_scatter_seconds =
+      s.exposed_outer_seconds = 0;
+  // The compute stream runs one op at a time, so its busy intervals are disjoint.
+  std::vector<std::pair<double, double>> busy;
+  double executed_flops = 0;
+  for (const TimelineOp& op : t.ops) {
+    if (op.stream != "compute") continue;
+    if (op.end > op.start) busy.emplace_back(op.start, op.end);
+    s.compute_seconds += op.end - op.start;
+    executed_flops += op.flops;
+  }
+  std::sort(busy.begin(), busy.end());
+  for (const TimelineOp& op : t.ops) {
+    if (op.stream == "compute") continue;
+    const double exposed = uncovered(op.start, op.end, busy);
+    (op.stream == "ag"   ? s.exposed_all_gather_seconds
+     : op.stream == "rs" ? s.exposed_reduce_scatter_seconds
+                         : s.exposed_outer_seconds) += exposed;
+  }
+  s.tflops_per_gpu = s.step_seconds > 0 ? executed_flops / s.step_seconds / 1e12 : 0;
+}
 
 nlohmann::json timeline_to_json(const Timeline& t) {
   nlohmann::json ops = nlohmann::json::array();

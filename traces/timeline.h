@@ -68,6 +68,11 @@ struct Timeline {
   TimelineSummary summary;
 };
 
+// From the op times alone: the compute stream's busy time, the time each collective
+// stream ("ag", "rs", "outer") is in flight while the compute stream is idle, and the
+// executed TFLOP/s per GPU (compute ops' FLOPs over the step). Needs the step time set.
+void summarize_streams(Timeline& timeline);
+
 nlohmann::json timeline_to_json(const Timeline& timeline);
 // Reads what timeline_to_json writes; `label` names the file in errors.
 Timeline timeline_from_json(const nlohmann::json& json, const std::string& label);

@@ -54,6 +54,8 @@ TEST_P(ExecuteCpu, IntegrityChecksPass) {
   const nlohmann::json t = nlohmann::json::parse(in);
   EXPECT_EQ(t["source"], "measured");
   EXPECT_GT(t["summary"]["step_seconds"].get<double>(), 0);
+  EXPECT_GT(t["summary"]["compute_seconds"].get<double>(), 0);
+  EXPECT_GE(t["summary"]["exposed_all_gather_seconds"].get<double>(), 0);
   for (const auto& op : t["ops"]) EXPECT_GE(op["end"].get<double>(), op["start"].get<double>());
 }
 
