@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 
 #include "tests/run_command.h"
@@ -68,7 +69,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{4, {"forward_prefetch=0", "backward_prefetch=0", "recompute=full"}},
                       Case{4, {"forward_prefetch=2", "backward_prefetch=2", "recompute=none"}},
                       Case{2, {"async_reduce=false", "recompute=selective"}},
-                      Case{2, {"double_buffer=true"}}));
+                      Case{2, {"double_buffer=true"}}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      // "np4_dp_outer_2_outer_strategy_optim": ranks and settings, as gtest names allow.
+      std::string name = "np" + std::to_string(param_info.param.ranks);
+      for (const std::string& s : param_info.param.sets) {
+        name += "_";
+        for (char ch : s) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      }
+      return name;
+    });
 
 TEST(ExecuteCpuErrors, MissingDependencyIsCaughtWithTheOpNamed) {
   // The reduce-scatter of a layer loses its dependency on that layer's backward: it runs
