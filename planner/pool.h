@@ -64,7 +64,9 @@ std::unique_ptr<OffsetAssigner> make_slots_assigner();
 // live during the buffer's lifetime; TFLite's GreedyByBreadth), decreasing size
 // (GreedyBySize) and decreasing lifetime (XLA's second order) — keeping the lowest.
 // Overlaps come from a segment tree over start times, O(k log n) per buffer.
-std::unique_ptr<OffsetAssigner> make_best_fit_assigner();
+// `refine`: then squeaky-wheel rounds (the buffers that ended above the lower bound go
+// first in the next round) within half the time limit; auto uses it.
+std::unique_ptr<OffsetAssigner> make_best_fit_assigner(bool refine = false);
 
 // Complete branch and bound in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): decides
 // "fits in capacity C?" by placing buffers in canonical order (non-decreasing offset, each
