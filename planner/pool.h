@@ -79,7 +79,8 @@ std::unique_ptr<OffsetAssigner> make_best_fit_assigner(bool refine = false);
 std::unique_ptr<OffsetAssigner> make_exact_assigner();
 
 // slots when it already reaches the lower bound (cheap, common on FSDP plans); else
-// best-fit, then exact within the budget when best-fit is above the bound; the better.
+// best-fit with squeaky-wheel rounds, then exact within the rest of the time limit when
+// that is still above the bound; the better.
 std::unique_ptr<OffsetAssigner> make_auto_assigner();
 
 // By name: slots, best-fit, exact, auto. nullptr for anything else.
