@@ -56,7 +56,7 @@ int run_pack(const PackParams& p, std::ostream& out) {
   const PoolAssignment result = assigner->assign(table.requests, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t lower_bound = live_bytes_lower_bound(table.requests);
+  const int64_t lower_bound = live_bytes_lower_bound(table.requests, p.alignment);
   const bool solved = result.status == PackStatus::solved;
   if (solved) {
     if (auto error =

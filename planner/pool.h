@@ -87,8 +87,12 @@ std::unique_ptr<OffsetAssigner> make_auto_assigner();
 std::unique_ptr<OffsetAssigner> make_offset_assigner(std::string_view name);
 std::vector<std::string> offset_assigner_names();
 
-// The largest total of bytes live at any time: no placement can use less.
-int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests);
+// No placement can use less: the largest total of bytes live at any time, and, with
+// offsets aligned to at least `alignment` (every buffer's own alignment, or this default,
+// is a multiple of the smallest one, a), the largest total of live sizes rounded up to a,
+// less the largest rounding of any one buffer — in a stack of aligned buffers each but
+// the top one takes its size rounded up.
+int64_t live_bytes_lower_bound(const std::vector<PoolRequest>& requests, int64_t alignment = 1);
 
 // What to report when a heuristic's pool exceeds `capacity`: infeasible when even the
 // lower bound does, else not found.

@@ -204,7 +204,7 @@ class BestFitAssigner final : public OffsetAssigner {
         best_order = *orders[k];
       }
     }
-    const int64_t bound = live_bytes_lower_bound(requests);
+    const int64_t bound = live_bytes_lower_bound(requests, options.alignment);
     if (refine_) {
       // Squeaky wheel (Joslin & Clements 1999): the buffers that ended above the lower
       // bound go first next time, the rest keep their order. On PanGu 2.6B one round takes

@@ -500,7 +500,8 @@ class ExactAssigner final : public OffsetAssigner {
     int64_t hi = best.size_bytes - 1;
     if (options.capacity) hi = std::min(hi, *options.capacity);
     Shared shared;
-    const int64_t lower_bound = live_bytes_lower_bound(requests);  // nothing smaller fits
+    const int64_t lower_bound =
+        live_bytes_lower_bound(requests, options.alignment);  // nothing smaller fits
     // How hard a capacity is to decide depends erratically on the order tried first (on
     // challenging D, starting with "TWA" reaches 1031168 in 6 s where "WAT" stalls at
     // 1045504), so a clock-bound run sends a second minimisation with another first order

@@ -65,7 +65,7 @@ class SlotsAssigner final : public OffsetAssigner {
       out.offsets[i] = slot_offset[slot_of[i]];
       out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
     }
-    out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests);
+    out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests, options.alignment);
     if (options.capacity && out.size_bytes > *options.capacity)
       out.status = over_capacity(requests, *options.capacity);
     return out;
