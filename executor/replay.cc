@@ -71,11 +71,6 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   }
   backend.initialise(persistent);
   const std::vector<int64_t> order = replay_order(plan);
-  Timeline t{.source = "measured",
-             .model = plan.model,
-             .cluster = plan.cluster,
-             .num_gpus = plan.num_gpus,
-             .allocator = "pool"};
   std::vector<double> start(plan.ops.size()), end(plan.ops.size());
   double step_seconds = 0, timed_total = 0;
   std::vector<BufferSpan> reads, writes;
@@ -102,17 +97,7 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   }
   // The step time is the mean over the timed steps; op times are the last step's.
   step_seconds = timed_total / std::max(options.steps, 1);
-  for (const PlanOp& op : plan.ops) {
-    const auto i = static_cast<std::size_t>(op.id);
-    t.ops.push_back({.op = op.id,
-                     .name = op.name,
-                     .stream = std::string(stream_name(op.stream)),
-                     .kind = std::string(op_kind_name(op.kind)),
-                     .start = start[i],
-                     .end = end[i],
-                     .bytes = op.bytes,
-                     .flops = op.flops});
-  }
+  Timeline t = plan_timeline(plan, "measured", "pool", start, end);
   int64_t held = plan.pool.size_bytes;
   for (const PlanBuffer& b : plan.buffers) held += b.persistent ? b.bytes : 0;
   // What the device reports in use (context, NCCL and cuBLAS workspaces included).

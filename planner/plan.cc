@@ -89,4 +89,26 @@ std::vector<int64_t> earliest_compute_waiters(const Plan& plan) {
   return waiter;
 }
 
+Timeline plan_timeline(const Plan& plan, std::string source, std::string allocator,
+                       const std::vector<double>& start, const std::vector<double>& end) {
+  Timeline t{.source = std::move(source),
+             .model = plan.model,
+             .cluster = plan.cluster,
+             .num_gpus = plan.num_gpus,
+             .allocator = std::move(allocator)};
+  t.ops.reserve(plan.ops.size());
+  for (const PlanOp& op : plan.ops) {
+    const auto i = static_cast<std::size_t>(op.id);
+    t.ops.push_back({.op = op.id,
+                     .name = op.name,
+                     .stream = std::string(stream_name(op.stream)),
+                     .kind = std::string(op_kind_name(op.kind)),
+                     .start = start[i],
+                     .end = end[i],
+                     .bytes = op.bytes,
+                     .flops = op.flops});
+  }
+  return t;
+}
+
 }  // namespace shardplan

@@ -9,6 +9,7 @@
 #include "models/dtype.h"
 #include "models/module_cost.h"
 #include "planner/fsdp_config.h"
+#include "traces/timeline.h"
 
 namespace shardplan {
 
@@ -167,5 +168,10 @@ struct Plan {
 // other ops (ops.size() when none does). A buffer used on a communication stream can be
 // freed only there: the compute stream is where the program waits, in program order.
 std::vector<int64_t> earliest_compute_waiters(const Plan& plan);
+
+// A Timeline of `plan` with every op at `start[id]`..`end[id]` (seconds from the step's
+// start); the summary and memory are left to the caller (simulator or executor).
+Timeline plan_timeline(const Plan& plan, std::string source, std::string allocator,
+                       const std::vector<double>& start, const std::vector<double>& end);
 
 }  // namespace shardplan

@@ -251,23 +251,8 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   std::vector<double> start(n, 0), end(n, 0);
   run_events(plan, cluster, g, start, end);
 
-  Timeline t{.source = "predicted",
-             .model = plan.model,
-             .cluster = plan.cluster,
-             .num_gpus = plan.num_gpus,
-             .allocator = std::string(allocator_name(plan.config.allocator))};
-  t.ops.reserve(n);
-  for (const PlanOp& op : plan.ops) {
-    const auto i = static_cast<std::size_t>(op.id);
-    t.ops.push_back({.op = op.id,
-                     .name = op.name,
-                     .stream = std::string(stream_name(op.stream)),
-                     .kind = std::string(op_kind_name(op.kind)),
-                     .start = start[i],
-                     .end = end[i],
-                     .bytes = op.bytes,
-                     .flops = op.flops});
-  }
+  Timeline t = plan_timeline(plan, "predicted", std::string(allocator_name(plan.config.allocator)),
+                             start, end);
   TimelineSummary& s = t.summary;
   s.step_seconds = n == 0 ? 0 : *std::max_element(end.begin(), end.end());
 

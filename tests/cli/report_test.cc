@@ -35,6 +35,26 @@ std::string shell(const std::string& command, const std::string& err_path, int& 
   return out;
 }
 
+// Loads `page` in headless Chromium and returns the DOM it built; fails the test if
+// Chromium is missing, exits non-zero, or logs a console error or a failed load.
+std::string render_in_chromium(const std::string& page) {
+  EXPECT_EQ(std::system("command -v chromium > /dev/null"), 0)
+      << "headless Chromium is needed for this test: apt-get install chromium "
+         "(scripts/install-deps.sh does)";
+  const std::string err = write_temp_file("chromium.err", "");
+  int status = -1;
+  const std::string dom = shell(
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr "
+      "--v=0 --dump-dom 'file://" +
+          page + "'",
+      err, status);
+  const std::string log = read_text(err);
+  EXPECT_EQ(status, 0) << log;
+  EXPECT_THAT(log, Not(HasSubstr("CONSOLE")));
+  EXPECT_THAT(log, Not(HasSubstr("Page load failed")));
+  return dom;
+}
+
 TEST(Report, IsSelfContainedAndRendersInHeadlessChromium) {
   const std::string report = write_temp_file("report.html", "");
   const CommandResult r =
@@ -51,17 +71,7 @@ TEST(Report, IsSelfContainedAndRendersInHeadlessChromium) {
   EXPECT_THAT(html, HasSubstr("Pool"));
   EXPECT_THAT(html, HasSubstr("Streams"));
 
-  ASSERT_EQ(std::system("command -v chromium > /dev/null"), 0)
-      << "headless Chromium is needed for this test: apt-get install chromium "
-         "(scripts/install-deps.sh does)";
-  const std::string err = write_temp_file("chromium.err", "");
-  int status = -1;
-  const std::string dom = shell(
-      "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr "
-      "--v=0 --dump-dom 'file://" +
-          report + "'",
-      err, status);
-  EXPECT_EQ(status, 0) << read_text(err);
+  const std::string dom = render_in_chromium(report);
   // Chromium parsed the page: the three charts and the summary are in its DOM.
   std::size_t svgs = 0;
   for (std::size_t at = dom.find("<svg"); at != std::string::npos; at = dom.find("<svg", at + 1))
@@ -70,10 +80,6 @@ TEST(Report, IsSelfContainedAndRendersInHeadlessChromium) {
   EXPECT_THAT(dom, HasSubstr("<table>"));
   EXPECT_THAT(dom, HasSubstr("<rect"));
   EXPECT_THAT(dom, HasSubstr("<polygon"));
-  // No page errors (console errors or failed loads) in Chromium's log.
-  const std::string log = read_text(err);
-  EXPECT_THAT(log, Not(HasSubstr("CONSOLE")));
-  EXPECT_THAT(log, Not(HasSubstr("Page load failed")));
 }
 
 TEST(Report, SweepPageRendersInHeadlessChromium) {
@@ -81,23 +87,11 @@ TEST(Report, SweepPageRendersInHeadlessChromium) {
   const CommandResult r =
       run_shardplan({"sweep", "--model", "tiny", "--gpus", "4", "--report", report});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  ASSERT_EQ(std::system("command -v chromium > /dev/null"), 0)
-      << "headless Chromium is needed for this test: apt-get install chromium";
-  const std::string err = write_temp_file("chromium_sweep.err", "");
-  int status = -1;
-  const std::string dom = shell(
-      "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr "
-      "--v=0 --dump-dom 'file://" +
-          report + "'",
-      err, status);
-  EXPECT_EQ(status, 0) << read_text(err);
+  const std::string dom = render_in_chromium(report);
   EXPECT_THAT(dom, HasSubstr("<svg"));
   EXPECT_THAT(dom, HasSubstr("<circle"));
   EXPECT_THAT(dom, HasSubstr("memory cap"));
   EXPECT_THAT(dom, HasSubstr("<table>"));
-  const std::string log = read_text(err);
-  EXPECT_THAT(log, Not(HasSubstr("CONSOLE")));
-  EXPECT_THAT(log, Not(HasSubstr("Page load failed")));
 }
 
 }  // namespace
