@@ -237,44 +237,34 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm c = comm(op);
     int p = 0;
     MPI_Comm_size(c, &p);
-    std::vector<BufferSpan> shards;
-    for (const BufferSpan& s : reads)
-      if (s.buffer->role == BufferRole::model_weight) shards.push_back(s);
-    int64_t gathered = 0;
-    for (const BufferSpan& s : shards) gathered += s.bytes * p;
-    if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
-      // ZeRO-3: every rank's shard of each group, in group order, into the unsharded buffer.
-      const BufferSpan& out = writes[0];
-      int64_t offset = 0;
-      for (const BufferSpan& s : shards) {
-        MPI_Allgather(s.data, static_cast<int>(s.bytes), MPI_BYTE, out.data + offset,
-                      static_cast<int>(s.bytes), MPI_BYTE, c);
+    for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+      const BufferSpan& out = part.target;
+      if (!part.in_place) {
+        // ZeRO-3: every rank's shard into the group's region of the unsharded buffer.
+        MPI_Allgather(part.input, static_cast<int>(part.input_bytes), MPI_BYTE, part.output,
+                      static_cast<int>(part.input_bytes), MPI_BYTE, c);
         if (options_.check) {
-          for (int64_t j = 0; j < s.bytes * p; ++j) {
-            if (out.data[offset + j] != weight_byte(s.buffer->id, j))
+          const int64_t offset = part.output - out.data;
+          for (int64_t j = 0; j < part.output_bytes; ++j) {
+            if (part.output[j] != weight_byte(part.source.buffer->id, j))
               fail(op, out, offset + j,
-                   fmt::format("does not hold rank {}'s shard of buffer {}", j / s.bytes,
-                               s.buffer->id));
+                   fmt::format("does not hold rank {}'s shard of buffer {}", j / part.input_bytes,
+                               part.source.buffer->id));
           }
         }
-        offset += s.bytes * p;
+        continue;
       }
-      return;
-    }
-    // In place (ZeRO-1/2 after the step, HSDP's outer gather): each rank's region of each
-    // weight buffer to every rank.
-    for (const BufferSpan& s : writes) {
-      if (s.buffer->role != BufferRole::model_weight) continue;
-      const std::vector<int> counts = shares(s.bytes, p);
+      // In place: each rank's region of the weight buffer to every rank.
+      const std::vector<int> counts = shares(out.bytes, p);
       const std::vector<int> displs = displacements(counts);
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, s.data, counts.data(), displs.data(),
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, counts.data(), displs.data(),
                      MPI_BYTE, c);
       if (options_.check) {
         const int64_t base =
-            s.buffer->sharded ? static_cast<int64_t>(rank_ % dp_shard_) * s.bytes : 0;
-        for (int64_t j = 0; j < s.bytes; ++j) {
-          if (s.data[j] != weight_byte(s.buffer->id, base + j))
-            fail(op, s, j, "the gathered weights differ from every rank's shard");
+            out.buffer->sharded ? static_cast<int64_t>(rank_ % dp_shard_) * out.bytes : 0;
+        for (int64_t j = 0; j < out.bytes; ++j) {
+          if (out.data[j] != weight_byte(out.buffer->id, base + j))
+            fail(op, out, j, "the gathered weights differ from every rank's shard");
         }
       }
     }
@@ -287,20 +277,13 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm_size(c, &p);
     MPI_Comm_rank(c, &me);
     const bool all_reduce = op.kind == OpKind::all_reduce;
-    // Input regions, one per written buffer (gradient group): from one transient
-    // unsharded buffer (ZeRO-2/3) or from the written buffers themselves (in place).
-    int64_t total_out = 0;
-    for (const BufferSpan& w : writes) total_out += w.bytes;
-    const bool from_transient =
-        reads.size() == 1 && !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
-    int64_t in_offset = 0;
-    for (const BufferSpan& w : writes) {
+    for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+      const BufferSpan& w = part.target;
       const int64_t e = dtype_bytes(w.buffer->dtype);
       const MPI_Datatype type = element_type(e);
       const uint64_t m = mask(e);
-      const std::byte* input = from_transient ? reads[0].data + in_offset : w.data;
-      const int64_t input_bytes = from_transient ? w.bytes * p : w.bytes;
-      in_offset += input_bytes;
+      const std::byte* input = part.input;
+      const int64_t input_bytes = part.input_bytes;
       // The expected sums come from every rank's input, gathered apart from the reduction.
       std::vector<std::byte> everyone;
       if (options_.check) {
@@ -334,7 +317,7 @@ class CpuBackend final : public ExecutorBackend {
       }
       // Into the main grads: a scattered shard accumulates into its shard buffer; in
       // place, the reduced region replaces the local values.
-      if (from_transient) {
+      if (!part.in_place) {
         for (int64_t k = 0; k < result_elements && k * e < w.bytes; ++k)
           store(w.data + k * e, e, (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
       } else {

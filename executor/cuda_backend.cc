@@ -140,60 +140,33 @@ class CudaBackend final : public ExecutorBackend {
         }
         if (calls.empty()) calls.push_back(c);
         break;
-      case OpKind::all_gather: {
-        c.kind = kCudaAllGather;
-        int64_t gathered = 0;
-        for (const BufferSpan& r : reads)
-          if (r.buffer->role == BufferRole::model_weight) gathered += r.bytes * p;
-        if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
-          int64_t offset = 0;
-          for (const BufferSpan& r : reads) {
-            if (r.buffer->role != BufferRole::model_weight) continue;
-            c.input = r.data;
-            c.output = writes[0].data + offset;
-            c.count = r.bytes;
-            calls.push_back(c);
-            offset += r.bytes * p;
-          }
-        } else {
-          for (const BufferSpan& w : writes) {  // in place: this rank's region to all
-            if (w.buffer->role != BufferRole::model_weight) continue;
-            c.count = w.bytes / p;
-            c.output = w.data;
-            c.input = w.data + me * c.count;
-            calls.push_back(c);
-          }
-        }
-        break;
-      }
+      case OpKind::all_gather:
       case OpKind::reduce_scatter:
-      case OpKind::all_reduce: {
-        c.kind = op.kind == OpKind::all_reduce ? kCudaAllReduce : kCudaReduceScatter;
-        int64_t total_out = 0;
-        for (const BufferSpan& w : writes) total_out += w.bytes;
-        const bool from_transient =
-            reads.size() == 1 && !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
-        int64_t offset = 0;
-        for (const BufferSpan& w : writes) {
-          const int e = static_cast<int>(dtype_bytes(w.buffer->dtype));
+      case OpKind::all_reduce:
+        c.kind = op.kind == OpKind::all_gather       ? kCudaAllGather
+                 : op.kind == OpKind::reduce_scatter ? kCudaReduceScatter
+                                                     : kCudaAllReduce;
+        for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+          // NCCL counts elements; in place, a rank's region starts at rank × count.
+          const int e = c.kind == kCudaAllGather
+                            ? 1
+                            : static_cast<int>(dtype_bytes(part.target.buffer->dtype));
           c.element_bytes = e;
+          c.output = part.output;
           if (c.kind == kCudaAllReduce) {
-            c.input = c.output = w.data;
-            c.count = w.bytes / e;
-          } else if (from_transient) {
-            c.input = reads[0].data + offset;
-            c.output = w.data;
-            c.count = w.bytes / e;
-            offset += w.bytes * p;
-          } else {  // in place: the reduced region lands at this rank's offset
-            c.count = w.bytes / e / p;
-            c.input = w.data;
-            c.output = w.data + me * c.count * e;
+            c.input = part.output;
+            c.count = part.output_bytes / e;
+          } else if (!part.in_place) {
+            c.input = part.input;
+            c.count = (c.kind == kCudaAllGather ? part.input_bytes : part.output_bytes) / e;
+          } else {
+            c.count = part.output_bytes / e / p;
+            c.input = c.kind == kCudaAllGather ? part.output + me * c.count * e : part.output;
+            if (c.kind == kCudaReduceScatter) c.output = part.output + me * c.count * e;
           }
           calls.push_back(c);
         }
         break;
-      }
     }
     if (calls.empty()) calls.push_back(c);
     for (std::size_t k = 0; k < calls.size(); ++k) {

@@ -9,6 +9,63 @@
 
 namespace shardplan {
 
+std::vector<CollectivePart> collective_parts(const PlanOp& op, const std::vector<BufferSpan>& reads,
+                                             const std::vector<BufferSpan>& writes) {
+  const int64_t p = std::max<int64_t>(op.group_ranks, 1);
+  std::vector<CollectivePart> parts;
+  auto in_place = [&](const BufferSpan& w) {
+    parts.push_back({.target = w,
+                     .source = w,
+                     .input = w.data,
+                     .input_bytes = w.bytes,
+                     .output = w.data,
+                     .output_bytes = w.bytes,
+                     .in_place = true});
+  };
+  if (op.kind == OpKind::all_gather) {
+    int64_t gathered = 0;
+    for (const BufferSpan& r : reads)
+      if (r.buffer->role == BufferRole::model_weight) gathered += r.bytes * p;
+    if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
+      // ZeRO-3: every group's shard, in group order, into the unsharded buffer.
+      int64_t offset = 0;
+      for (const BufferSpan& r : reads) {
+        if (r.buffer->role != BufferRole::model_weight) continue;
+        parts.push_back({.target = writes[0],
+                         .source = r,
+                         .input = r.data,
+                         .input_bytes = r.bytes,
+                         .output = writes[0].data + offset,
+                         .output_bytes = r.bytes * p});
+        offset += r.bytes * p;
+      }
+    } else {
+      for (const BufferSpan& w : writes)
+        if (w.buffer->role == BufferRole::model_weight) in_place(w);
+    }
+    return parts;
+  }
+  int64_t total_out = 0;
+  for (const BufferSpan& w : writes) total_out += w.bytes;
+  const bool from_transient = op.kind == OpKind::reduce_scatter && reads.size() == 1 &&
+                              !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
+  int64_t offset = 0;
+  for (const BufferSpan& w : writes) {
+    if (!from_transient) {
+      in_place(w);
+      continue;
+    }
+    parts.push_back({.target = w,
+                     .source = reads[0],
+                     .input = reads[0].data + offset,
+                     .input_bytes = w.bytes * p,
+                     .output = w.data,
+                     .output_bytes = w.bytes});
+    offset += w.bytes * p;
+  }
+  return parts;
+}
+
 std::vector<int64_t> replay_order(const Plan& plan) {
   const auto n = plan.ops.size();
   std::vector<std::vector<int64_t>> streams(4);

@@ -35,6 +35,25 @@ struct BufferSpan {
   const PlanBuffer* buffer = nullptr;
 };
 
+// How a collective lies in its planned buffers, one part per parameter group (so both
+// backends read the plan the same way). Not in place: an all-gather copies this rank's
+// shard (`input`) into the group's gathered region (`output`, ranks × the shard); a
+// reduction reads the group's region of the unsharded gradient (`input`, ranks × the
+// output) into the written shard (`output`). In place (ZeRO-1/2's gather after the step,
+// HSDP's outer collectives, all-reduces, ZeRO-1's reduce-scatter): `input` and `output`
+// are the written buffer, each rank owning an equal region of it.
+struct CollectivePart {
+  BufferSpan target;  // the written buffer
+  BufferSpan source;  // the read buffer the input comes from (the target in place)
+  std::byte* input = nullptr;
+  int64_t input_bytes = 0;
+  std::byte* output = nullptr;
+  int64_t output_bytes = 0;
+  bool in_place = false;
+};
+std::vector<CollectivePart> collective_parts(const PlanOp& op, const std::vector<BufferSpan>& reads,
+                                             const std::vector<BufferSpan>& writes);
+
 // What a device does for the replay engine (STYLE.md §3: CPU and CUDA). The engine owns
 // the order; the backend owns memory, the ops and their timing.
 class ExecutorBackend {
