@@ -118,3 +118,42 @@ TEST(SweepCommand, BadInputIsAClearError) {
 
 }  // namespace
 }  // namespace shardplan::testing
+
+namespace shardplan::testing {
+namespace {
+
+TEST(SweepCommand, FlagErrorsNameTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-j", "-1"}, "-j: must be positive"},
+      {{"--top", "0"}, "--top: must be positive"},
+      {{"--global-batch", "8", "--global-batch-tokens", "8192"}, "--global-batch-tokens"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"sweep", "--model", "tiny", "--gpus", "4"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CommandResult r = run_shardplan(args);
+    EXPECT_EQ(r.exit_code, 1) << message;
+    EXPECT_THAT(r.err, ::testing::HasSubstr(message));
+  }
+}
+
+TEST(ExecuteCommand, FlagErrorsNameTheFlag) {
+  const std::string plan = write_temp_file("flags_plan.json", "");
+  ASSERT_EQ(run_shardplan({"plan", "--model", "tiny", "--gpus", "1", "-o", plan}).exit_code, 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--backend", "tpu"}, "--backend: expected cpu or cuda, got 'tpu'"},
+      {{"--steps", "0"}, "--steps: must be positive"},
+      {{"--warmup", "-1"}, "--warmup: must not be negative"},
+      {{"--compute-scale", "2"}, "--compute-scale: must be in (0, 1]"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"execute", "--plan", plan};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CommandResult r = run_shardplan(args);
+    EXPECT_EQ(r.exit_code, 1) << message;
+    EXPECT_THAT(r.err, ::testing::HasSubstr(message));
+  }
+}
+
+}  // namespace
+}  // namespace shardplan::testing
