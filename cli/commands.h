@@ -104,6 +104,16 @@ struct CompareParams {
   bool json = false;
 };
 
+struct TraceImportParams {
+  std::string input;     // Kineto Chrome trace, .json or .json.gz
+  std::string output;    // the imported step (StepTrace, collectives, module times)
+  std::string timeline;  // the measured step as timeline.json (for compare)
+  std::string step;      // "ProfilerStep#K" or "K"; empty = the last
+  int64_t depth = 0;
+  std::string format = "auto";
+  bool json = false;
+};
+
 // Each command writes its result to `out` and returns the process exit code; bad input
 // throws InputError, which main() reports.
 int run_models(const ZooParams& params, std::ostream& out);
@@ -114,6 +124,7 @@ int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
 int run_compare(const CompareParams& params, std::ostream& out);
+int run_trace_import(const TraceImportParams& params, std::ostream& out);
 // Initialises and finalises MPI itself; run it under mpirun with the plan's GPU count.
 int run_execute(const ExecuteParams& params, std::ostream& out, std::ostream& err);
 int run_sweep(const SweepParams& params, std::ostream& out, std::ostream& progress);

@@ -157,6 +157,28 @@ int main(int argc, char** argv) {
   execute->add_option("-o,--output", execute_params.output, "write the measured timeline.json");
   execute->add_flag("--json", execute_params.json, "machine-readable summary");
 
+  shardplan::TraceImportParams trace_params;
+  auto* trace = app.add_subcommand("trace", "read profiler traces (trace import)");
+  trace->require_subcommand(1);
+  auto* trace_import = trace->add_subcommand(
+      "import", "a PyTorch profiler (Kineto) trace: module order, collectives, measured step");
+  trace_import->add_option("trace", trace_params.input, "Chrome-trace JSON, gzipped or not")
+      ->required()
+      ->check(CLI::ExistingFile);
+  trace_import->add_option("-o,--output", trace_params.output,
+                           "write the imported step (step trace, module times, collectives)");
+  trace_import->add_option("--timeline", trace_params.timeline,
+                           "write the measured step as timeline.json (for compare)");
+  trace_import->add_option("--step", trace_params.step,
+                           "profiler step to import: K or ProfilerStep#K (default: the last)");
+  trace_import
+      ->add_option("--depth", trace_params.depth,
+                   "module levels below the first branching level to trace")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  trace_import->add_option("--format", trace_params.format, "kineto | auto")->capture_default_str();
+  trace_import->add_flag("--json", trace_params.json, "machine-readable output");
+
   shardplan::CompareParams compare_params;
   auto* compare = app.add_subcommand(
       "compare", "predicted against measured timeline: op time per kind and the step");
@@ -228,6 +250,7 @@ int main(int argc, char** argv) {
     if (*sweep) return shardplan::run_sweep(sweep_params, std::cout, std::cerr);
     if (*execute) return shardplan::run_execute(execute_params, std::cout, std::cerr);
     if (*compare) return shardplan::run_compare(compare_params, std::cout);
+    if (*trace_import) return shardplan::run_trace_import(trace_params, std::cout);
     if (*simulate) {
       simulate_params.cluster_given = simulate->count("--cluster") > 0;
       if (!simulate_params.plan.empty()) {

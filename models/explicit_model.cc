@@ -190,7 +190,9 @@ nlohmann::json module_json(const Module& m, const std::string& parent, bool is_r
 
 ModelSpec parse_explicit_model(const JsonReader& r) {
   r.expect_only({"name", "family", "source", "notes", "default_unit_modules", "hidden_size",
-                 "num_layers", "vocab_size", "max_seq_len", "root"});
+                 "num_layers", "vocab_size", "max_seq_len", "root", "capture"});
+  // A file written by traces/capture carries how it was captured; the model is the tree.
+  if (r.has("capture")) (void)r.object("capture");
   ModelSpec spec;
   spec.name = r.string("name");
   spec.family = "explicit";

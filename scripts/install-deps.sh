@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git ca-certificates pkg-config python3
-  libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   chromium  # headless, to check that simulate --report pages render

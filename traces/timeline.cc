@@ -27,18 +27,28 @@ void summarize_streams(Timeline& t) {
   TimelineSummary& s = t.summary;
   s.compute_seconds = s.exposed_all_gather_seconds = s.exposed_reduce_scatter_seconds =
       s.exposed_outer_seconds = 0;
-  // The compute stream runs one op at a time, so its busy intervals are disjoint.
-  std::vector<std::pair<double, double>> busy;
+  // Busy time is the union of the compute ops: a planned compute stream runs one op at a
+  // time, but a measured one may be several GPU streams whose kernels overlap.
+  std::vector<std::pair<double, double>> spans;
   double executed_flops = 0;
   for (const TimelineOp& op : t.ops) {
     if (op.stream != "compute") continue;
-    if (op.end > op.start) busy.emplace_back(op.start, op.end);
-    s.compute_seconds += op.end - op.start;
+    if (op.end > op.start) spans.emplace_back(op.start, op.end);
     executed_flops += op.flops;
   }
-  std::sort(busy.begin(), busy.end());
+  std::sort(spans.begin(), spans.end());
+  std::vector<std::pair<double, double>> busy;
+  for (const auto& span : spans) {
+    if (!busy.empty() && span.first <= busy.back().second) {
+      busy.back().second = std::max(busy.back().second, span.second);
+    } else {
+      busy.push_back(span);
+    }
+  }
+  for (const auto& [a, b] : busy) s.compute_seconds += b - a;
+  // Other streams ("comm": broadcasts, all-to-all of a measured step) count in no column.
   for (const TimelineOp& op : t.ops) {
-    if (op.stream == "compute") continue;
+    if (op.stream != "ag" && op.stream != "rs" && op.stream != "outer") continue;
     const double exposed = uncovered(op.start, op.end, busy);
     (op.stream == "ag"   ? s.exposed_all_gather_seconds
      : op.stream == "rs" ? s.exposed_reduce_scatter_seconds

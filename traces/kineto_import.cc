@@ -1,0 +1,794 @@
+// Kineto (PyTorch profiler) Chrome traces -> ImportedTrace.
+//
+// The CPU side says what ran for which module; the GPU side says when. They are joined by
+// the runtime call that launched each GPU activity (args.correlation):
+//
+//   CPU main thread   |ProfilerStep#5 ....................................................|
+//                     |nn.Module: Block_0 |nn.Module: Block_1 |          |Optimizer.step|
+//                       aten::mm -launch-.
+//   CPU autograd thrd                       |evaluate_function: MmBackward0 (seq 12)|
+//   GPU stream 7              [gemm]            [gemm bwd]
+//
+// A forward kernel belongs to the innermost traced module range around its launch; a
+// backward kernel to the autograd op around its launch, whose Sequence number (or fwdbwd
+// flow) names the forward op, whose module range names the module.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "models/error.h"
+#include "traces/kineto_reader.h"
+#include "traces/trace_import.h"
+
+namespace shardplan {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+double end_of(const KinetoEvent& e) {
+  return e.ts + e.dur;
+}
+
+// Intervals [begin, end) on one thread; finds the innermost (latest-starting) one around a
+// time. Nesting is allowed: a prefix maximum of the ends bounds the backward scan.
+class IntervalIndex {
+ public:
+  void add(double begin, double end, int64_t value) { items_.push_back({begin, end, value}); }
+  void finish() {
+    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    max_end_.resize(items_.size());
+    double m = -1e300;
+    for (std::size_t i = 0; i < items_.size(); ++i) max_end_[i] = m = std::max(m, items_[i].end);
+  }
+  // The value of the innermost interval holding t, or nullopt.
+  std::optional<int64_t> innermost(double t) const {
+    auto it = std::upper_bound(items_.begin(), items_.end(), t,
+                               [](double x, const Item& item) { return x < item.begin; });
+    for (auto i = static_cast<std::ptrdiff_t>(it - items_.begin()) - 1; i >= 0; --i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (max_end_[k] < t) break;
+      if (items_[k].end >= t) return items_[k].value;
+    }
+    return std::nullopt;
+  }
+  bool empty() const { return items_.empty(); }
+
+ private:
+  struct Item {
+    double begin, end;
+    int64_t value;
+  };
+  std::vector<Item> items_;
+  std::vector<double> max_end_;
+};
+
+// Per-thread interval indexes.
+struct ThreadIndex {
+  std::map<int64_t, IntervalIndex> by_thread;
+  void add(int64_t tid, double begin, double end, int64_t value) {
+    by_thread[tid].add(begin, end, value);
+  }
+  void finish() {
+    for (auto& [tid, index] : by_thread) index.finish();
+  }
+  std::optional<int64_t> innermost(int64_t tid, double t) const {
+    const auto it = by_thread.find(tid);
+    return it == by_thread.end() ? std::nullopt : it->second.innermost(t);
+  }
+};
+
+bool is_gpu_activity(const KinetoEvent& e) {
+  return e.ph == 'X' && (e.cat == "kernel" || e.cat == "gpu_memcpy" || e.cat == "gpu_memset" ||
+                         e.cat == "Kernel" || e.cat == "Memcpy" || e.cat == "Memset");
+}
+
+bool is_runtime(const KinetoEvent& e) {
+  return e.cat == "cuda_runtime" || e.cat == "cuda_driver" || e.cat == "Runtime" ||
+         e.cat == "Driver";
+}
+
+bool is_communication_kernel(const KinetoEvent& e) {
+  const std::string n = lower(e.name);
+  return n.find("nccl") != std::string::npos || n.find("rccl") != std::string::npos;
+}
+
+// c10d / record_param_comms names -> the plan's collective names.
+std::string collective_kind(std::string_view name) {
+  const std::string n = lower(name);
+  auto has = [&](std::string_view s) { return n.find(s) != std::string::npos; };
+  if (has("reduce_scatter") || has("reducescatter")) return "reduce_scatter";
+  if (has("allgather") || has("all_gather")) return "all_gather";
+  if (has("allreduce") || has("all_reduce")) return "all_reduce";
+  if (has("broadcast")) return "broadcast";
+  if (has("alltoall") || has("all_to_all")) return "all_to_all";
+  if (has("sendrecv") || has("send") || has("recv")) return "send_recv";
+  if (has("reduce")) return "reduce";
+  if (has("barrier")) return "barrier";
+  return "";
+}
+
+// Bytes per element of the dtype names PyTorch writes ("BFloat16", "Float", ...).
+int64_t dtype_size(std::string_view dtype) {
+  const std::string d = lower(dtype);
+  if (d == "double" || d == "long" || d == "int64" || d == "float64") return 8;
+  if (d == "float" || d == "int" || d == "float32" || d == "int32") return 4;
+  if (d == "bfloat16" || d == "half" || d == "float16" || d == "short" || d == "bf16") return 2;
+  if (d == "byte" || d == "char" || d == "bool" || starts_with(d, "float8") || d == "uint8")
+    return 1;
+  return 0;
+}
+
+std::string short_kernel_name(const std::string& name) {
+  std::string n = starts_with(name, "void ") ? name.substr(5) : name;
+  const std::size_t cut = n.find_first_of("(<");
+  if (cut != std::string::npos && cut > 0) n = n.substr(0, cut);
+  if (n.size() > 80) n = n.substr(0, 80);
+  return n;
+}
+
+// "FSDP::pre_forward (layers.3)" -> {"pre_forward", "layers.3"}; the root unit has no name.
+std::optional<std::pair<std::string, std::string>> fsdp_range(std::string_view name) {
+  if (!starts_with(name, "FSDP::")) return std::nullopt;
+  std::string_view rest = name.substr(6);
+  std::string fqn;
+  if (const std::size_t open = rest.find(" ("); open != std::string_view::npos &&
+                                                 !rest.empty() && rest.back() == ')') {
+    fqn = std::string(rest.substr(open + 2, rest.size() - open - 3));
+    rest = rest.substr(0, open);
+  }
+  return std::pair{std::string(rest), fqn};
+}
+
+// Phase ranges users and wrappers record: "## forward ##" style labels (a common
+// record_function convention, e.g. HolisticTraceAnalysis' samples) and DDP's forward.
+// 0 forward, 1 backward, -1 neither.
+int64_t phase_of_range(std::string_view name) {
+  const std::string n = lower(name);
+  if (n == "## forward ##" || n == "distributeddataparallel.forward") return 0;
+  if (n == "## backward ##") return 1;
+  return -1;
+}
+
+struct Step {
+  std::string name;
+  double begin = 0, end = 0;
+  int64_t tid = -1;
+};
+
+// One forward call of a traced module, or one backward / recompute of it.
+struct ModuleCall {
+  int64_t module = -1;
+  int64_t micro_batch = 0;
+  double begin = 0, end = 0;
+};
+
+// A module range on one thread, with the ranges nested in it.
+struct RangeNode {
+  std::string name;
+  double begin = 0, end = 0;
+  std::vector<std::size_t> children;
+};
+
+class KinetoAnalysis {
+ public:
+  KinetoAnalysis(const std::string& path, KinetoTrace trace, const ImportOptions& options)
+      : trace_(std::move(trace)), options_(options) {
+    out_.file = path;
+    out_.format = "kineto";
+  }
+
+  ImportedTrace run() {
+    choose_step();
+    index_cpu_events();
+    if (!find_fsdp_units()) find_module_ranges();
+    index_recompute();
+    attribute_backward();
+    build_events();
+    import_gpu_activity();
+    import_memory();
+    return std::move(out_);
+  }
+
+ private:
+  const std::vector<KinetoEvent>& events() const { return trace_.events; }
+  bool in_step(double t) const { return t >= step_.begin && t <= step_.end; }
+  void warn(std::string text) { out_.warnings.push_back(std::move(text)); }
+
+  void choose_step() {
+    std::vector<Step> steps;
+    for (const KinetoEvent& e : events()) {
+      if (e.ph == 'X' && e.cat != "gpu_user_annotation" && starts_with(e.name, "ProfilerStep#"))
+        steps.push_back({e.name, e.ts, end_of(e), e.tid});
+    }
+    std::sort(steps.begin(), steps.end(),
+              [](const Step& a, const Step& b) { return a.begin < b.begin; });
+    for (const Step& s : steps) out_.steps.push_back(s.name);
+    if (steps.empty()) {
+      warn("no ProfilerStep# ranges (profile with a schedule and prof.step()): the whole trace "
+           "is taken as one step");
+      step_ = {"whole trace", 1e300, -1e300, -1};
+      std::map<int64_t, int64_t> ops_per_thread;
+      for (const KinetoEvent& e : events()) {
+        if (e.ph != 'X' || is_gpu_activity(e)) continue;
+        step_.begin = std::min(step_.begin, e.ts);
+        step_.end = std::max(step_.end, end_of(e));
+        if (e.cat == "cpu_op" || e.cat == "python_function") ++ops_per_thread[e.tid];
+      }
+      if (step_.begin > step_.end) throw InputError(out_.file, "traceEvents", "has no events");
+      int64_t most = -1;
+      for (const auto& [tid, n] : ops_per_thread) {
+        if (n > most) {
+          most = n;
+          step_.tid = tid;
+        }
+      }
+    } else if (options_.step.empty()) {
+      step_ = steps.back();
+    } else {
+      const std::string wanted =
+          starts_with(options_.step, "ProfilerStep#") ? options_.step : "ProfilerStep#" + options_.step;
+      const auto it = std::find_if(steps.begin(), steps.end(),
+                                   [&](const Step& s) { return s.name == wanted; });
+      if (it == steps.end()) {
+        std::string names;
+        for (const Step& s : steps) names += (names.empty() ? "" : ", ") + s.name;
+        throw InputError(out_.file, "--step",
+                         fmt::format("no step '{}' in the trace (it has {})", wanted, names));
+      }
+      step_ = *it;
+    }
+    out_.step = step_.name;
+  }
+
+  void index_cpu_events() {
+    for (std::size_t i = 0; i < events().size(); ++i) {
+      const KinetoEvent& e = events()[i];
+      const auto id = static_cast<int64_t>(i);
+      if (is_runtime(e) && e.correlation >= 0) launches_[e.correlation] = id;
+      if (e.ph != 'X' || is_gpu_activity(e) || !in_step(e.ts)) continue;
+      if (starts_with(e.name, "autograd::engine::evaluate_function:")) {
+        backward_ops_.add(e.tid, e.ts, end_of(e), id);
+        backward_threads_.insert(e.tid);
+      } else if (e.sequence >= 0 && e.tid == step_.tid) {
+        forward_op_by_sequence_.emplace(e.sequence, id);
+      }
+      if (starts_with(e.name, "Optimizer.step") || e.name == "## optimizer ##")
+        optimizer_.add(e.tid, e.ts, end_of(e), id);
+      if (const int64_t phase = phase_of_range(e.name); phase >= 0)
+        phases_.add(e.tid, e.ts, end_of(e), phase);
+      if (e.name == "record_param_comms" || starts_with(e.name, "nccl:") ||
+          starts_with(e.name, "c10d::")) {
+        comm_ops_.add(e.tid, e.ts, end_of(e), id);
+      }
+    }
+    // fwdbwd flows: the start sits on the forward op, the end on the backward op.
+    std::map<int64_t, std::pair<const KinetoEvent*, const KinetoEvent*>> flows;
+    for (const KinetoEvent& e : events()) {
+      if (e.cat != "fwdbwd" || e.flow_id < 0) continue;
+      (e.ph == 's' ? flows[e.flow_id].first : flows[e.flow_id].second) = &e;
+    }
+    std::map<std::pair<int64_t, double>, int64_t> op_at;  // (tid, ts) -> cpu op
+    for (std::size_t i = 0; i < events().size(); ++i) {
+      const KinetoEvent& e = events()[i];
+      if (e.ph == 'X' && e.cat == "cpu_op" && in_step(e.ts))
+        op_at.emplace(std::pair{e.tid, e.ts}, static_cast<int64_t>(i));
+    }
+    for (const auto& [id, ends] : flows) {
+      if (ends.first == nullptr || ends.second == nullptr) continue;
+      const auto fwd = op_at.find({ends.first->tid, ends.first->ts});
+      const auto bwd = op_at.find({ends.second->tid, ends.second->ts});
+      if (fwd != op_at.end() && bwd != op_at.end()) forward_of_backward_[bwd->second] = fwd->second;
+    }
+    optimizer_.finish();
+    phases_.finish();
+    backward_ops_.finish();
+    comm_ops_.finish();
+  }
+
+  int64_t module_index(const std::string& name) {
+    const auto [it, inserted] = module_ids_.try_emplace(name, out_.trace.modules.size());
+    if (inserted) out_.trace.modules.push_back(name);
+    return static_cast<int64_t>(it->second);
+  }
+
+  // FSDP2's record_function ranges name each unit: its forward window runs from
+  // FSDP::pre_forward to the end of FSDP::post_forward, its backward from FSDP::pre_backward
+  // to the end of FSDP::post_backward.
+  bool find_fsdp_units() {
+    struct Open {
+      double begin;
+      int64_t tid;
+    };
+    std::map<std::pair<std::string, std::string>, std::vector<Open>> open;  // (kind, unit)
+    bool any = false;
+    std::map<int64_t, int64_t> calls;  // forward calls per unit
+    std::map<int64_t, int64_t> backward_calls;
+    std::map<int64_t, int64_t> recompute_calls;
+    for (const KinetoEvent& e : events()) {
+      if (e.ph != 'X' || !in_step(e.ts)) continue;
+      const auto range = fsdp_range(e.name);
+      if (!range) continue;
+      const auto& [what, fqn] = *range;
+      if (what == "pre_forward" || what == "pre_backward") {
+        any = true;
+        open[{what, fqn}].push_back({e.ts, e.tid});
+      } else if (what == "post_forward" || what == "post_backward") {
+        const std::string pre = what == "post_forward" ? "pre_forward" : "pre_backward";
+        auto& stack = open[{pre, fqn}];
+        if (stack.empty()) continue;
+        const Open o = stack.front();
+        stack.erase(stack.begin());
+        const int64_t m = module_index(fqn);
+        if (what == "post_forward") {
+          if (o.tid == step_.tid) {
+            forward_calls_.push_back({m, calls[m]++, o.begin, end_of(e)});
+          } else {
+            recompute_calls_.push_back({m, recompute_calls[m]++, o.begin, end_of(e)});
+            recompute_thread_.push_back(o.tid);
+          }
+        } else {
+          fsdp_backward_.push_back({m, backward_calls[m]++, o.begin, end_of(e)});
+        }
+      } else if (what == "root_post_backward_callback" || what == "root_post_backward") {
+        final_callbacks_.push_back(e.ts);
+      }
+    }
+    if (!any) return false;
+    out_.module_source = "FSDP2 record_function ranges (FSDP::pre_forward/post_forward, "
+                         "FSDP::pre_backward/post_backward)";
+    for (const std::string& fqn : out_.trace.modules) {
+      if (fqn.empty()) {
+        warn("an FSDP range without a module name: taken as the root unit \"\" (PyTorch "
+             "versions before 2.5 write no FQN into FSDP ranges)");
+        break;
+      }
+    }
+    for (std::size_t c = 0; c < forward_calls_.size(); ++c)
+      forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
+    forward_index_.finish();
+    return true;
+  }
+
+  // nn.Module ranges (profiles taken with with_stack=True) on the step's thread.
+  void find_module_ranges() {
+    std::map<int64_t, std::vector<RangeNode>> by_thread;
+    for (const KinetoEvent& e : events()) {
+      if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts))
+        by_thread[e.tid].push_back({e.name.substr(11), e.ts, end_of(e), {}});
+    }
+    if (by_thread.empty()) {
+      warn("no module ranges (nn.Module ranges need the profiler's with_stack=True; FSDP2 "
+           "writes FSDP:: ranges): the module order is unknown, GPU time is split by phase only");
+      out_.module_source = "none";
+      return;
+    }
+    out_.module_source = "nn.Module ranges (with_stack)";
+    for (auto& [tid, nodes] : by_thread) {
+      std::vector<std::size_t> roots = nest(nodes);
+      if (tid == step_.tid) {
+        trace_modules(nodes, roots);
+      } else {
+        thread_nodes_[tid] = std::move(nodes);
+        thread_roots_[tid] = std::move(roots);
+      }
+    }
+    find_recompute();
+    forward_index_.finish();
+  }
+
+  // Nests ranges by containment; returns the top-level ones in time order.
+  static std::vector<std::size_t> nest(std::vector<RangeNode>& nodes) {
+    std::sort(nodes.begin(), nodes.end(), [](const RangeNode& a, const RangeNode& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    std::vector<std::size_t> roots, stack;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      while (!stack.empty() && nodes[stack.back()].end < nodes[i].end) stack.pop_back();
+      (stack.empty() ? roots : nodes[stack.back()].children).push_back(i);
+      stack.push_back(i);
+    }
+    return roots;
+  }
+
+  // The traced level: below wrappers that hold one module (DistributedDataParallel ->
+  // ResNet), to where the model branches, then `depth` levels further.
+  void trace_modules(const std::vector<RangeNode>& nodes, const std::vector<std::size_t>& roots) {
+    std::vector<std::size_t> level = roots;
+    auto one_name = [&](const std::vector<std::size_t>& l) {
+      for (std::size_t i : l) {
+        if (nodes[i].name != nodes[l.front()].name || nodes[i].children.empty()) return false;
+      }
+      return !l.empty();
+    };
+    auto descend = [&](const std::vector<std::size_t>& l, bool all) {
+      std::vector<std::size_t> next;
+      for (std::size_t i : l) {
+        if (nodes[i].children.empty() && !all) {
+          next.push_back(i);
+        } else {
+          next.insert(next.end(), nodes[i].children.begin(), nodes[i].children.end());
+        }
+      }
+      return next;
+    };
+    while (one_name(level)) level = descend(level, true);
+    for (int64_t d = 0; d < options_.depth; ++d) level = descend(level, false);
+
+    std::map<int64_t, int64_t> calls;
+    for (std::size_t i : level) {
+      const int64_t m = module_index(nodes[i].name);
+      forward_calls_.push_back({m, calls[m]++, nodes[i].begin, nodes[i].end});
+      mark_subtree(nodes, i, m);
+    }
+    for (std::size_t c = 0; c < forward_calls_.size(); ++c)
+      forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
+  }
+
+  void mark_subtree(const std::vector<RangeNode>& nodes, std::size_t i, int64_t module) {
+    traced_of_name_.emplace(nodes[i].name, module);
+    for (std::size_t c : nodes[i].children) mark_subtree(nodes, c, module);
+  }
+
+  // Module ranges on other threads inside the step are forwards re-run in backward
+  // (activation checkpointing); the outermost range that names a traced module's subtree
+  // is that module's recompute.
+  void find_recompute() {
+    std::map<int64_t, int64_t> calls;
+    for (const auto& [tid, roots] : thread_roots_) {
+      const std::vector<RangeNode>& nodes = thread_nodes_[tid];
+      std::vector<std::size_t> todo(roots.rbegin(), roots.rend());
+      while (!todo.empty()) {
+        const std::size_t i = todo.back();
+        todo.pop_back();
+        const auto it = traced_of_name_.find(nodes[i].name);
+        if (it == traced_of_name_.end()) {
+          todo.insert(todo.end(), nodes[i].children.rbegin(), nodes[i].children.rend());
+          continue;
+        }
+        const int64_t m = it->second;
+        if (!recompute_calls_.empty() && recompute_calls_.back().module == m &&
+            recompute_thread_.back() == tid && nodes[i].begin <= recompute_calls_.back().end + 1) {
+          recompute_calls_.back().end = std::max(recompute_calls_.back().end, nodes[i].end);
+          continue;  // siblings of one checkpointed region
+        }
+        recompute_calls_.push_back({m, calls[m]++, nodes[i].begin, nodes[i].end});
+        recompute_thread_.push_back(tid);
+      }
+    }
+  }
+
+  void index_recompute() {
+    for (std::size_t c = 0; c < recompute_calls_.size(); ++c) {
+      recompute_index_.add(recompute_thread_[c], recompute_calls_[c].begin,
+                           recompute_calls_[c].end, static_cast<int64_t>(c));
+    }
+    recompute_index_.finish();
+  }
+
+  // The traced forward call an op at time t on the step's thread belongs to.
+  std::optional<ModuleCall> forward_call_at(double t) const {
+    const auto c = forward_index_.innermost(t);
+    if (!c) return std::nullopt;
+    return forward_calls_[static_cast<std::size_t>(*c)];
+  }
+
+  // The forward call whose op an autograd backward op differentiates.
+  std::optional<ModuleCall> call_of_backward_op(int64_t op) const {
+    int64_t fwd = -1;
+    if (const auto f = forward_of_backward_.find(op); f != forward_of_backward_.end()) {
+      fwd = f->second;
+    } else if (const int64_t seq = events()[static_cast<std::size_t>(op)].sequence; seq >= 0) {
+      if (const auto s = forward_op_by_sequence_.find(seq); s != forward_op_by_sequence_.end())
+        fwd = s->second;
+    }
+    if (fwd < 0) return std::nullopt;
+    return forward_call_at(events()[static_cast<std::size_t>(fwd)].ts);
+  }
+
+  // Backward windows: from FSDP ranges, or spanned by each call's autograd ops.
+  void attribute_backward() {
+    if (!fsdp_backward_.empty()) {
+      backward_calls_ = fsdp_backward_;
+    } else {
+      std::map<std::pair<int64_t, int64_t>, ModuleCall> spans;  // (module, mb)
+      for (const auto& [tid, index] : backward_ops_.by_thread) {
+        (void)index;
+        for (std::size_t i = 0; i < events().size(); ++i) {
+          const KinetoEvent& e = events()[i];
+          if (e.tid != tid || !in_step(e.ts) ||
+              !starts_with(e.name, "autograd::engine::evaluate_function:"))
+            continue;
+          const auto call = call_of_backward_op(static_cast<int64_t>(i));
+          if (!call) continue;
+          auto [it, inserted] = spans.try_emplace({call->module, call->micro_batch},
+                                                  ModuleCall{call->module, call->micro_batch,
+                                                             e.ts, end_of(e)});
+          if (!inserted) {
+            it->second.begin = std::min(it->second.begin, e.ts);
+            it->second.end = std::max(it->second.end, end_of(e));
+          }
+        }
+      }
+      for (const auto& [key, call] : spans) backward_calls_.push_back(call);
+      if (backward_threads_.empty() && !forward_calls_.empty()) {
+        warn("no autograd evaluate_function ops in the step: backward not attributed to modules");
+      }
+    }
+    for (std::size_t c = 0; c < backward_calls_.size(); ++c)
+      backward_index_.add(backward_calls_[c].begin, backward_calls_[c].end, static_cast<int64_t>(c));
+    backward_index_.finish();
+  }
+
+  void build_events() {
+    StepTrace& t = out_.trace;
+    t.checkpointed.assign(t.modules.size(), false);
+    for (const ModuleCall& c : recompute_calls_) t.checkpointed[static_cast<std::size_t>(c.module)] = true;
+    t.recompute = recompute_calls_.empty() ? Recompute::none : Recompute::full;
+    int64_t micro_batches = 0;
+    for (const ModuleCall& c : forward_calls_) micro_batches = std::max(micro_batches, c.micro_batch + 1);
+    t.grad_accum = std::max<int64_t>(1, micro_batches);
+
+    struct Timed {
+      double time;
+      int order;
+      StepEvent event;
+    };
+    std::vector<Timed> timed;
+    for (const ModuleCall& c : forward_calls_) {
+      timed.push_back({c.begin, 0, {StepEventKind::pre_forward, c.micro_batch, c.module}});
+      timed.push_back({c.end, 1, {StepEventKind::post_forward, c.micro_batch, c.module}});
+    }
+    std::map<int64_t, double> backward_end;  // per micro-batch
+    for (const ModuleCall& c : backward_calls_) {
+      timed.push_back({c.begin, 0, {StepEventKind::pre_backward, c.micro_batch, c.module}});
+      timed.push_back({c.end, 2, {StepEventKind::post_backward, c.micro_batch, c.module}});
+      backward_end[c.micro_batch] = std::max(backward_end[c.micro_batch], c.end);
+    }
+    for (const ModuleCall& c : recompute_calls_)
+      timed.push_back({c.begin, 1, {StepEventKind::recompute_forward, c.micro_batch, c.module}});
+    if (!final_callbacks_.empty()) {
+      int64_t mb = 0;
+      for (double ts : final_callbacks_) timed.push_back({ts, 3, {StepEventKind::final_callback, mb++, -1}});
+    } else {
+      for (const auto& [mb, end] : backward_end)
+        timed.push_back({end, 3, {StepEventKind::final_callback, mb, -1}});
+    }
+    for (const auto& [tid, index] : optimizer_.by_thread) {
+      (void)index;
+      for (const KinetoEvent& e : events()) {
+        if (e.tid == tid && e.ph == 'X' && in_step(e.ts) && starts_with(e.name, "Optimizer.step")) {
+          timed.push_back({e.ts, 4, {StepEventKind::optimizer_step, -1, -1}});
+          break;
+        }
+      }
+    }
+    std::stable_sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
+      return a.time != b.time ? a.time < b.time : a.order < b.order;
+    });
+    for (const Timed& x : timed) {
+      t.events.push_back(x.event);
+      cpu_event_times_.push_back(x.time);
+    }
+  }
+
+  // What a GPU activity launched at (tid, t) was for: phase and traced module.
+  std::pair<std::string, int64_t> attribute_launch(int64_t tid, double t) const {
+    if (optimizer_.innermost(tid, t)) return {"optimizer_step", -1};
+    if (const auto r = recompute_index_.innermost(tid, t))
+      return {"recompute", recompute_calls_[static_cast<std::size_t>(*r)].module};
+    if (tid == step_.tid) {
+      if (const auto call = forward_call_at(t)) return {"forward", call->module};
+    }
+    if (const auto op = backward_ops_.innermost(tid, t)) {
+      if (const auto call = call_of_backward_op(*op)) return {"backward", call->module};
+      return {"backward", -1};
+    }
+    if (!fsdp_backward_.empty()) {
+      if (const auto c = backward_index_.innermost(t))
+        return {"backward", backward_calls_[static_cast<std::size_t>(*c)].module};
+    }
+    if (backward_threads_.count(tid) > 0) return {"backward", -1};
+    if (const auto phase = phases_.innermost(tid, t)) return {*phase == 0 ? "forward" : "backward", -1};
+    return {"other", -1};
+  }
+
+  // Collective metadata: the kernel's own args, else the comm op around its launch.
+  ImportedCollective collective_of(const KinetoEvent& kernel, int64_t launch_tid, double launch_ts) const {
+    ImportedCollective c;
+    const KinetoEvent* meta = kernel.collective.empty() ? nullptr : &kernel;
+    if (meta == nullptr && launch_tid != kNoThread) {
+      if (const auto op = comm_ops_.innermost(launch_tid, launch_ts)) meta = &events()[static_cast<std::size_t>(*op)];
+    }
+    if (meta != nullptr) {
+      c.kind = collective_kind(meta->collective.empty() ? meta->name : meta->collective);
+      c.in_elements = meta->in_elements;
+      c.out_elements = meta->out_elements;
+      c.group_size = meta->group_size;
+      c.dtype = meta->dtype;
+    }
+    if (c.kind.empty()) c.kind = collective_kind(kernel.name);
+    if (c.kind.empty()) c.kind = "unknown";
+    c.stream = kernel.stream >= 0 ? kernel.stream : kernel.tid;
+    return c;
+  }
+
+  static std::string timeline_stream(const std::string& collective_kind) {
+    if (collective_kind == "all_gather") return "ag";
+    if (collective_kind == "reduce_scatter" || collective_kind == "all_reduce") return "rs";
+    return "comm";
+  }
+
+  void import_gpu_activity() {
+    Timeline& tl = out_.timeline;
+    tl.source = "measured";
+    tl.model = "";
+    tl.allocator = "caching";
+    if (trace_.metadata.contains("distributedInfo")) {
+      tl.num_gpus = trace_.metadata["distributedInfo"].value("world_size", 0);
+    }
+    if (const auto& props = trace_.metadata.value("deviceProperties", nlohmann::json::array());
+        props.is_array() && !props.empty() && props[0].is_object()) {
+      tl.cluster = props[0].value("name", "");
+    }
+    out_.module_times.assign(out_.trace.modules.size(), ModuleTime{});
+
+    struct Activity {
+      const KinetoEvent* event;
+      int64_t launch_tid;
+      double launch_ts;
+    };
+    std::vector<Activity> activity;
+    int64_t without_launch = 0;
+    for (const KinetoEvent& e : events()) {
+      if (!is_gpu_activity(e)) continue;
+      const auto l = e.correlation >= 0 ? launches_.find(e.correlation) : launches_.end();
+      if (l != launches_.end()) {
+        const KinetoEvent& launch = events()[static_cast<std::size_t>(l->second)];
+        if (in_step(launch.ts)) activity.push_back({&e, launch.tid, launch.ts});
+      } else if (in_step(e.ts)) {
+        ++without_launch;
+        activity.push_back({&e, kNoThread, e.ts});
+      }
+    }
+    if (activity.empty()) {
+      throw InputError(out_.file, "traceEvents",
+                       fmt::format("no GPU kernels, copies or sets in {} (was the profiler run "
+                                   "with ProfilerActivity.CUDA?)", step_.name));
+    }
+    if (without_launch > 0) {
+      warn(fmt::format("{} GPU activities have no launching runtime call (correlation): placed "
+                       "by their own time and not attributed to modules", without_launch));
+    }
+    std::sort(activity.begin(), activity.end(), [](const Activity& a, const Activity& b) {
+      return a.event->ts < b.event->ts;
+    });
+    origin_ = activity.front().event->ts;
+    double last = origin_;
+    int64_t unsized = 0;
+    std::map<std::string, int64_t> unknown_kinds;
+    for (const Activity& a : activity) {
+      const KinetoEvent& e = *a.event;
+      last = std::max(last, end_of(e));
+      const auto [phase, module] = a.launch_tid == kNoThread ? std::pair<std::string, int64_t>{"other", -1}
+                                                             : attribute_launch(a.launch_tid, a.launch_ts);
+      const std::string module_name =
+          module >= 0 ? out_.trace.modules[static_cast<std::size_t>(module)] : std::string();
+      TimelineOp op{.op = static_cast<int64_t>(tl.ops.size()),
+                    .start = (e.ts - origin_) * 1e-6,
+                    .end = (end_of(e) - origin_) * 1e-6};
+      if (e.cat == "kernel" && is_communication_kernel(e)) {
+        ImportedCollective c = collective_of(e, a.launch_tid, a.launch_ts);
+        c.start_seconds = op.start;
+        c.duration_seconds = op.end - op.start;
+        c.module = module_name;
+        c.phase = phase;
+        if (c.in_elements < 0 && c.out_elements < 0) ++unsized;
+        if (c.kind == "unknown") ++unknown_kinds[short_kernel_name(e.name)];
+        const int64_t elements = std::max(c.in_elements, c.out_elements);
+        op.bytes = elements > 0 ? static_cast<double>(elements * dtype_size(c.dtype)) : 0;
+        op.kind = c.kind;
+        op.stream = timeline_stream(c.kind);
+        op.name = module_name.empty() ? c.kind : fmt::format("{} {}", c.kind, module_name);
+        out_.collectives.push_back(std::move(c));
+      } else {
+        op.kind = phase;
+        op.stream = "compute";
+        op.name = module_name.empty() ? short_kernel_name(e.name)
+                                      : fmt::format("{}: {}", module_name, short_kernel_name(e.name));
+        if (module >= 0) {
+          ModuleTime& mt = out_.module_times[static_cast<std::size_t>(module)];
+          const double d = op.end - op.start;
+          (phase == "forward" ? mt.forward_seconds
+           : phase == "backward" ? mt.backward_seconds
+                                 : mt.recompute_seconds) += d;
+          ++mt.kernels;
+        }
+      }
+      tl.ops.push_back(std::move(op));
+    }
+    if (unsized > 0) {
+      warn(fmt::format("{} of {} collectives carry no sizes (neither the NCCL kernel nor a "
+                       "record_param_comms op around its launch has 'In msg nelems'): their "
+                       "bytes are unknown, not guessed",
+                       unsized, out_.collectives.size()));
+    }
+    for (const auto& [kernel, n] : unknown_kinds)
+      warn(fmt::format("{} collective kernels '{}' of unknown kind", n, kernel));
+    tl.summary.step_seconds = (last - origin_) * 1e-6;
+    summarize_streams(tl);
+    for (double t : cpu_event_times_) out_.event_seconds.push_back((t - origin_) * 1e-6);
+  }
+
+  void import_memory() {
+    Timeline& tl = out_.timeline;
+    int64_t cpu_only = 0;
+    for (const KinetoEvent& e : events()) {
+      if (e.name != "[memory]" || !in_step(e.ts)) continue;
+      if (e.device_type != 1) {
+        ++cpu_only;
+        continue;
+      }
+      tl.memory.push_back({(e.ts - origin_) * 1e-6, e.total_allocated, e.total_reserved});
+      tl.summary.peak_allocated_bytes = std::max(tl.summary.peak_allocated_bytes, e.total_allocated);
+      tl.summary.peak_reserved_bytes = std::max(tl.summary.peak_reserved_bytes, e.total_reserved);
+    }
+    if (tl.memory.empty()) {
+      warn(cpu_only > 0 ? fmt::format("{} [memory] events, all for CPU memory: no GPU memory curve", cpu_only)
+                        : std::string("no [memory] events (profile with profile_memory=True): no "
+                                      "measured memory curve"));
+    }
+  }
+
+  static constexpr int64_t kNoThread = INT64_MIN;
+
+  KinetoTrace trace_;
+  ImportOptions options_;
+  ImportedTrace out_;
+  Step step_;
+  double origin_ = 0;
+  std::unordered_map<int64_t, int64_t> launches_;  // correlation -> runtime event
+  std::unordered_map<int64_t, int64_t> forward_op_by_sequence_;
+  std::unordered_map<int64_t, int64_t> forward_of_backward_;  // from fwdbwd flows
+  std::set<int64_t> backward_threads_;
+  ThreadIndex backward_ops_, optimizer_, phases_, comm_ops_, recompute_index_;
+  std::map<std::string, int64_t> module_ids_;
+  std::map<std::string, int64_t> traced_of_name_;  // any module range name -> traced module
+  std::map<int64_t, std::vector<RangeNode>> thread_nodes_;
+  std::map<int64_t, std::vector<std::size_t>> thread_roots_;
+  std::vector<ModuleCall> forward_calls_, backward_calls_, fsdp_backward_, recompute_calls_;
+  std::vector<int64_t> recompute_thread_;
+  std::vector<double> final_callbacks_;
+  IntervalIndex forward_index_, backward_index_;
+  std::vector<double> cpu_event_times_;
+};
+
+class KinetoImporter : public TraceImporter {
+ public:
+  std::string name() const override { return "kineto"; }
+  ImportedTrace import(const std::string& path, const ImportOptions& options) const override {
+    return KinetoAnalysis(path, read_kineto_trace(path), options).run();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TraceImporter> make_kineto_importer() {
+  return std::make_unique<KinetoImporter>();
+}
+
+}  // namespace shardplan

@@ -1,0 +1,313 @@
+#include "traces/kineto_reader.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <streambuf>
+
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+using nlohmann::json;
+
+// A std::streambuf over zlib's gzread, which passes plain files through unchanged.
+class GzStreamBuf : public std::streambuf {
+ public:
+  explicit GzStreamBuf(const std::string& path) : file_(gzopen(path.c_str(), "rb")) {
+    if (file_ != nullptr) gzbuffer(file_, 1 << 20);
+  }
+  ~GzStreamBuf() override {
+    if (file_ != nullptr) gzclose(file_);
+  }
+  GzStreamBuf(const GzStreamBuf&) = delete;
+  GzStreamBuf& operator=(const GzStreamBuf&) = delete;
+
+  bool is_open() const { return file_ != nullptr; }
+  // Set when zlib failed, including a gzip stream that ends before its trailer.
+  const std::string& error() const { return error_; }
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    if (file_ == nullptr || !error_.empty()) return traits_type::eof();
+    const int n = gzread(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
+    if (n <= 0) {
+      int code = Z_OK;
+      const char* message = gzerror(file_, &code);
+      // Z_BUF_ERROR at the end: the gzip stream was cut off (zlib's gzread contract).
+      if (n < 0 || code != Z_OK) error_ = message != nullptr ? message : "read failed";
+      return traits_type::eof();
+    }
+    setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
+    return traits_type::to_int_type(*gptr());
+  }
+
+ private:
+  gzFile file_ = nullptr;
+  std::array<char, 1 << 20> buffer_{};
+  std::string error_;
+};
+
+// Builds one JSON value from SAX callbacks (one trace event, or one metadata value).
+class ValueBuilder {
+ public:
+  void reset() {
+    root_ = nullptr;
+    stack_.clear();
+  }
+  bool open() const { return !stack_.empty(); }
+  json& root() { return root_; }
+
+  void value(json v) { place(std::move(v)); }
+  void start(json container) { stack_.push_back(place(std::move(container))); }
+  void end() { stack_.pop_back(); }
+  void key(std::string k) { key_ = std::move(k); }
+
+ private:
+  // Pointers into the tree stay valid: only the innermost open container grows.
+  json* place(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  json root_;
+  std::vector<json*> stack_;
+  std::string key_;
+};
+
+int64_t integer(const json& j) {
+  if (j.is_number_integer() || j.is_number_unsigned()) return j.get<int64_t>();
+  if (j.is_number_float()) return static_cast<int64_t>(j.get<double>());
+  if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (end != s.c_str() && *end == '\0') return v;
+  }
+  return -1;
+}
+
+double number(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return std::strtod(j.get_ref<const std::string&>().c_str(), nullptr);
+  return 0;
+}
+
+int64_t int_arg(const json& args, const char* key) {
+  const auto it = args.find(key);
+  return it == args.end() ? -1 : integer(*it);
+}
+
+std::string string_arg(const json& args, const char* key) {
+  const auto it = args.find(key);
+  return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Receives the SAX stream: top-level scalars and small values go to the metadata; each
+// element of "traceEvents" is built, turned into a KinetoEvent, and dropped.
+class TraceSax : public nlohmann::json_sax<json> {
+ public:
+  explicit TraceSax(KinetoTrace& trace) : trace_(trace) {}
+
+  const std::string& error() const { return error_; }
+
+  bool null() override { return scalar(nullptr); }
+  bool boolean(bool v) override { return scalar(v); }
+  bool number_integer(number_integer_t v) override { return scalar(v); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(v); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(v); }
+  bool string(string_t& v) override { return scalar(std::move(v)); }
+  bool binary(binary_t&) override { return true; }
+
+  bool start_object(std::size_t) override { return start(json::object()); }
+  bool start_array(std::size_t) override {
+    if (!building_ && depth_ == 1 && top_key_ == "traceEvents") {
+      in_events_ = true;
+      trace_.has_trace_events = true;
+      depth_ = 2;
+      return true;
+    }
+    return start(json::array());
+  }
+  bool key(string_t& k) override {
+    if (building_) {
+      builder_.key(k);
+    } else if (depth_ == 1) {
+      top_key_ = k;
+    }
+    return true;
+  }
+  bool end_object() override { return end(); }
+  bool end_array() override {
+    if (!building_ && in_events_ && depth_ == 2) {
+      in_events_ = false;
+      depth_ = 1;
+      return true;
+    }
+    return end();
+  }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    error_ = fmt::format("not valid JSON at byte {}: {}", position, e.what());
+    return false;
+  }
+
+ private:
+  bool scalar(json v) {
+    if (building_) {
+      builder_.value(std::move(v));
+    } else if (depth_ == 0) {
+      error_ = "the top level is not a JSON object (a Chrome trace is {\"traceEvents\": [...]})";
+      return false;
+    } else if (depth_ == 1) {
+      trace_.metadata[top_key_] = std::move(v);
+    }
+    return true;
+  }
+
+  bool start(json container) {
+    if (building_) {
+      builder_.start(std::move(container));
+      return true;
+    }
+    if (depth_ == 0) {
+      if (!container.is_object()) {
+        error_ = "the top level is not a JSON object (a Chrome trace is {\"traceEvents\": [...]})";
+        return false;
+      }
+      depth_ = 1;
+      return true;
+    }
+    if (depth_ == 1 && top_key_ == "traceEvents") {
+      error_ = "\"traceEvents\" is not an array";
+      return false;
+    }
+    building_ = true;
+    builder_.reset();
+    builder_.start(std::move(container));
+    return true;
+  }
+
+  bool end() {
+    if (!building_) {
+      depth_ = 0;  // the top-level object closed
+      return true;
+    }
+    builder_.end();
+    if (!builder_.open()) {
+      building_ = false;
+      if (in_events_) {
+        if (builder_.root().is_object()) add_event(builder_.root());
+      } else {
+        trace_.metadata[top_key_] = std::move(builder_.root());
+      }
+    }
+    return true;
+  }
+
+  int64_t thread_id(const json& j) {
+    if (j.is_string()) {
+      // Some Kineto versions name GPU tracks ("stream 7"); give each a stable negative id.
+      const auto [it, inserted] = string_tids_.try_emplace(
+          j.get<std::string>(), -static_cast<int64_t>(string_tids_.size()) - 2);
+      return it->second;
+    }
+    return integer(j);
+  }
+
+  void add_event(const json& e) {
+    KinetoEvent ev;
+    ev.name = e.value("name", "");
+    ev.cat = e.value("cat", "");
+    const std::string ph = e.value("ph", "");
+    ev.ph = ph.empty() ? '?' : ph[0];
+    // Only what the importer reads: module ranges among the Python events (a with_stack
+    // trace has tens of thousands of other frames), the autograd fwd-bwd flows.
+    if (ev.ph == 'M') return;
+    if (ev.cat == "python_function" && ev.name.rfind("nn.Module: ", 0) != 0) return;
+    if ((ev.ph == 's' || ev.ph == 'f') && ev.cat != "fwdbwd") return;
+    if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
+    if (const auto it = e.find("tid"); it != e.end()) ev.tid = thread_id(*it);
+    if (const auto it = e.find("ts"); it != e.end()) ev.ts = number(*it);
+    if (const auto it = e.find("dur"); it != e.end()) ev.dur = number(*it);
+    if (const auto it = e.find("id"); it != e.end()) ev.flow_id = integer(*it);
+    if (const auto it = e.find("args"); it != e.end() && it->is_object()) {
+      const json& a = *it;
+      ev.correlation = int_arg(a, "correlation");
+      ev.sequence = int_arg(a, "Sequence number");
+      ev.stream = int_arg(a, "stream");
+      ev.collective = string_arg(a, "Collective name");
+      ev.in_elements = int_arg(a, "In msg nelems");
+      ev.out_elements = int_arg(a, "Out msg nelems");
+      ev.group_size = int_arg(a, "Group size");
+      ev.dtype = string_arg(a, "dtype");
+      ev.device_type = int_arg(a, "Device Type");
+      // Negative for a free, so not through int_arg's -1 for "absent".
+      if (const auto b = a.find("Bytes"); b != a.end()) ev.bytes = static_cast<int64_t>(number(*b));
+      ev.total_allocated = int_arg(a, "Total Allocated");
+      ev.total_reserved = int_arg(a, "Total Reserved");
+    }
+    trace_.events.push_back(std::move(ev));
+  }
+
+  KinetoTrace& trace_;
+  ValueBuilder builder_;
+  bool building_ = false;
+  bool in_events_ = false;
+  int depth_ = 0;  // 0 outside, 1 in the top-level object, 2 in traceEvents
+  std::string top_key_;
+  std::string error_;
+  std::map<std::string, int64_t> string_tids_;
+};
+
+}  // namespace
+
+KinetoTrace read_kineto_trace(const std::string& path) {
+  auto buf = std::make_unique<GzStreamBuf>(path);
+  if (!buf->is_open()) throw InputError(path, "", "cannot open the file");
+  std::istream in(buf.get());
+  KinetoTrace trace;
+  TraceSax sax(trace);
+  const bool ok = json::sax_parse(in, &sax, nlohmann::detail::input_format_t::json, true, true);
+  if (!buf->error().empty()) {
+    throw InputError(path, "",
+                     fmt::format("truncated or corrupt gzip data (zlib: {})", buf->error()));
+  }
+  if (!ok) {
+    throw InputError(path, "", sax.error().empty() ? "not valid JSON" : sax.error());
+  }
+  if (!trace.has_trace_events) {
+    throw InputError(path, "traceEvents",
+                     "missing: not a Chrome trace (PyTorch profiler export_chrome_trace)");
+  }
+  return trace;
+}
+
+std::string read_file_prefix(const std::string& path, std::size_t max_bytes) {
+  GzStreamBuf buf(path);
+  if (!buf.is_open()) throw InputError(path, "", "cannot open the file");
+  std::string text;
+  text.reserve(max_bytes);
+  for (auto c = buf.sbumpc(); c != std::char_traits<char>::eof() && text.size() < max_bytes;
+       c = buf.sbumpc()) {
+    text.push_back(static_cast<char>(c));
+  }
+  return text;
+}
+
+}  // namespace shardplan

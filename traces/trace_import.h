@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "traces/step_trace.h"
+#include "traces/timeline.h"
+
+namespace shardplan {
+
+struct ImportOptions {
+  std::string step;  // "ProfilerStep#K" or just "K"; empty = the last complete step
+  int64_t depth = 0;  // levels below the first branching module level to trace (module ranges)
+};
+
+// One collective as it ran on the GPU.
+struct ImportedCollective {
+  std::string kind;  // all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, ...
+  int64_t in_elements = -1;  // -1 when the trace does not say
+  int64_t out_elements = -1;
+  int64_t group_size = -1;
+  std::string dtype;
+  int64_t stream = -1;
+  double start_seconds = 0;  // from the step's first GPU activity
+  double duration_seconds = 0;
+  std::string module;  // traced module whose forward/backward launched it; "" if none
+  std::string phase;   // forward, backward, recompute, optimizer, other
+};
+
+// GPU time spent for a traced module (kernels, copies and sets launched on its behalf).
+struct ModuleTime {
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double recompute_seconds = 0;
+  int64_t kernels = 0;
+};
+
+// What an importer read from one step of a trace: the module order as a StepTrace, and the
+// measured step (GPU ops, collectives, memory) as a Timeline.
+struct ImportedTrace {
+  std::string file;
+  std::string format;              // the importer's name ("kineto")
+  std::vector<std::string> steps;  // profiler steps present ("ProfilerStep#4", ...)
+  std::string step;                // the one imported
+  std::string module_source;       // what gave the module order (fsdp ranges, nn.Module, ...)
+  StepTrace trace;                 // events carry times when the trace had them
+  std::vector<double> event_seconds;  // time of each trace event from the step start; -1 unknown
+  std::vector<ModuleTime> module_times;  // per trace.modules entry
+  std::vector<ImportedCollective> collectives;
+  Timeline timeline;  // source "measured"; ops are GPU activities; empty when untimed
+  std::vector<std::string> warnings;  // what the trace lacks, said instead of guessed
+};
+
+// One way to read a recorded step (Kineto Chrome traces now; Chakra execution traces or
+// Nsight Systems exports would be others).
+class TraceImporter {
+ public:
+  virtual ~TraceImporter() = default;
+  virtual std::string name() const = 0;
+  virtual ImportedTrace import(const std::string& path, const ImportOptions& options) const = 0;
+};
+
+// Kineto Chrome traces (PyTorch profiler export_chrome_trace / tensorboard_trace_handler).
+std::unique_ptr<TraceImporter> make_kineto_importer();
+
+// "kineto", or "auto" (by the file's first bytes: a Chrome trace is a JSON object with
+// "traceEvents"). Unknown name or unrecognised file: InputError.
+std::unique_ptr<TraceImporter> make_trace_importer(const std::string& format,
+                                                   const std::string& path);
+
+nlohmann::json imported_trace_to_json(const ImportedTrace& imported);
+
+}  // namespace shardplan
