@@ -21,38 +21,63 @@ std::string error_percent(double predicted, double measured) {
   return fmt::format("{:+.1f} %", 100.0 * (predicted / measured - 1.0));
 }
 
-}  // namespace
-
-int run_compare(const CompareParams& p, std::ostream& out) {
-  const Timeline predicted = timeline_from_json(read_json_file(p.predicted), p.predicted);
-  const Timeline measured = timeline_from_json(read_json_file(p.measured), p.measured);
+// Two timelines of one plan have the same ops in the same order.
+void check_same_plan(const Timeline& predicted, const Timeline& measured, const CompareParams& p) {
   if (predicted.ops.size() != measured.ops.size()) {
     throw InputError(p.measured, "ops",
                      fmt::format("{} ops, but {} has {}: not the same plan", measured.ops.size(),
                                  p.predicted, predicted.ops.size()));
   }
-  // Total op time per kind (busy time, summed over ops).
-  std::map<std::string, std::pair<double, double>> by_kind;
   for (std::size_t i = 0; i < predicted.ops.size(); ++i) {
-    const TimelineOp& a = predicted.ops[i];
-    const TimelineOp& b = measured.ops[i];
-    if (a.name != b.name) {
-      throw InputError(
-          p.measured, fmt::format("ops/{}/name", i),
-          fmt::format("'{}' where {} has '{}': not the same plan", b.name, p.predicted, a.name));
+    if (predicted.ops[i].name != measured.ops[i].name) {
+      throw InputError(p.measured, fmt::format("ops/{}/name", i),
+                       fmt::format("'{}' where {} has '{}': not the same plan",
+                                   measured.ops[i].name, p.predicted, predicted.ops[i].name));
     }
-    by_kind[a.kind].first += a.end - a.start;
-    by_kind[a.kind].second += b.end - b.start;
   }
-  const double step_p = predicted.summary.step_seconds, step_m = measured.summary.step_seconds;
+}
+
+// Total op time per kind (busy time, summed over ops).
+std::map<std::string, std::pair<double, double>> time_by_kind(const Timeline& predicted,
+                                                               const Timeline& measured) {
+  std::map<std::string, std::pair<double, double>> by_kind;
+  for (const TimelineOp& op : predicted.ops) by_kind[op.kind].first += op.end - op.start;
+  for (const TimelineOp& op : measured.ops) by_kind[op.kind].second += op.end - op.start;
+  return by_kind;
+}
+
+}  // namespace
+
+int run_compare(const CompareParams& p, std::ostream& out) {
+  const Timeline predicted = timeline_from_json(read_json_file(p.predicted), p.predicted);
+  const Timeline measured = timeline_from_json(read_json_file(p.measured), p.measured);
+  // A profiler trace's ops are GPU kernels, not plan ops: only kinds and the step compare.
+  const bool by_kind_only = predicted.source == "profiled" || measured.source == "profiled";
+  if (!by_kind_only) check_same_plan(predicted, measured, p);
+  const auto by_kind = time_by_kind(predicted, measured);
+  const TimelineSummary& a = predicted.summary;
+  const TimelineSummary& b = measured.summary;
+  const std::vector<std::tuple<std::string, double, double>> streams = {
+      {"compute busy", a.compute_seconds, b.compute_seconds},
+      {"exposed all-gather", a.exposed_all_gather_seconds, b.exposed_all_gather_seconds},
+      {"exposed reduce-scatter", a.exposed_reduce_scatter_seconds,
+       b.exposed_reduce_scatter_seconds},
+      {"step", a.step_seconds, b.step_seconds}};
   if (p.json) {
     nlohmann::json kinds = nlohmann::json::object();
     for (const auto& [kind, t] : by_kind)
       kinds[kind] = {{"predicted_seconds", t.first}, {"measured_seconds", t.second}};
+    nlohmann::json summary = nlohmann::json::object();
+    for (const auto& [name, x, y] : streams)
+      summary[name] = {{"predicted_seconds", x}, {"measured_seconds", y}};
     out << nlohmann::json{{"predicted", p.predicted},
                           {"measured", p.measured},
-                          {"step", {{"predicted_seconds", step_p}, {"measured_seconds", step_m}}},
-                          {"by_kind", kinds}}
+                          {"matched_ops", !by_kind_only},
+                          {"step",
+                           {{"predicted_seconds", a.step_seconds},
+                            {"measured_seconds", b.step_seconds}}},
+                          {"by_kind", kinds},
+                          {"summary", summary}}
                .dump(2)
         << "\n";
     return 0;
@@ -60,9 +85,13 @@ int run_compare(const CompareParams& p, std::ostream& out) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& [kind, t] : by_kind)
     rows.push_back({kind, ms(t.first), ms(t.second), error_percent(t.first, t.second)});
-  rows.push_back({"step", ms(step_p), ms(step_m), error_percent(step_p, step_m)});
+  for (const auto& [name, x, y] : streams) rows.push_back({name, ms(x), ms(y), error_percent(x, y)});
   out << fmt::format("{} ({}) against {} ({}), op time summed per kind:\n", p.predicted,
                      predicted.source, p.measured, measured.source);
+  if (by_kind_only) {
+    out << "(a profiler trace's ops are GPU kernels, not the plan's ops: compared by kind and "
+           "stream, not op by op)\n";
+  }
   out << render_table({"", "predicted (ms)", "measured (ms)", "error"}, rows, {1, 2, 3});
   return 0;
 }

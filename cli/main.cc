@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
   compare->add_option("predicted", compare_params.predicted, "timeline.json from simulate")
       ->required()
       ->check(CLI::ExistingFile);
-  compare->add_option("measured", compare_params.measured, "timeline.json from execute")
+  compare->add_option("measured", compare_params.measured,
+                      "timeline.json from execute, or from trace import --timeline")
       ->required()
       ->check(CLI::ExistingFile);
   compare->add_flag("--json", compare_params.json, "machine-readable output");

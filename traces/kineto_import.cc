@@ -319,13 +319,23 @@ class KinetoAnalysis {
     std::map<int64_t, int64_t> calls;  // forward calls per unit
     std::map<int64_t, int64_t> backward_calls;
     std::map<int64_t, int64_t> recompute_calls;
+    std::vector<const KinetoEvent*> ranges;
     for (const KinetoEvent& e : events()) {
-      if (e.ph != 'X' || !in_step(e.ts)) continue;
+      if (e.ph == 'X' && in_step(e.ts) && starts_with(e.name, "FSDP::")) ranges.push_back(&e);
+    }
+    std::stable_sort(ranges.begin(), ranges.end(),
+                     [](const KinetoEvent* a, const KinetoEvent* b) { return a->ts < b->ts; });
+    bool any_fqn = false;
+    for (const KinetoEvent* r : ranges) {
+      const KinetoEvent& e = *r;
       const auto range = fsdp_range(e.name);
       if (!range) continue;
       const auto& [what, fqn] = *range;
       if (what == "pre_forward" || what == "pre_backward") {
         any = true;
+        any_fqn = any_fqn || !fqn.empty();
+        // Units are numbered in forward order, the root (no FQN in FSDP2) first.
+        if (what == "pre_forward" && e.tid == step_.tid) module_index(fqn);
         open[{what, fqn}].push_back({e.ts, e.tid});
       } else if (what == "post_forward" || what == "post_backward") {
         const std::string pre = what == "post_forward" ? "pre_forward" : "pre_backward";
@@ -351,12 +361,9 @@ class KinetoAnalysis {
     if (!any) return false;
     out_.module_source = "FSDP2 record_function ranges (FSDP::pre_forward/post_forward, "
                          "FSDP::pre_backward/post_backward)";
-    for (const std::string& fqn : out_.trace.modules) {
-      if (fqn.empty()) {
-        warn("an FSDP range without a module name: taken as the root unit \"\" (PyTorch "
-             "versions before 2.5 write no FQN into FSDP ranges)");
-        break;
-      }
+    if (!any_fqn && forward_calls_.size() > 1) {
+      warn("FSDP ranges carry no module names (older PyTorch writes bare 'FSDP::pre_forward'): "
+           "every unit reads as the root unit \"\"");
     }
     for (std::size_t c = 0; c < forward_calls_.size(); ++c)
       forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
@@ -635,7 +642,7 @@ class KinetoAnalysis {
 
   void import_gpu_activity() {
     Timeline& tl = out_.timeline;
-    tl.source = "measured";
+    tl.source = "profiled";
     tl.model = "";
     tl.allocator = "caching";
     if (trace_.metadata.contains("distributedInfo")) {
@@ -678,6 +685,15 @@ class KinetoAnalysis {
       return a.event->ts < b.event->ts;
     });
     origin_ = activity.front().event->ts;
+    // Host time -> GPU time: the GPU start of the last activity launched by then (running
+    // maximum over launch order), so a module boundary or an allocation lands where the
+    // stream reaches it, as PyTorch's stream-ordered caching allocator sees it.
+    for (const Activity& a : activity) {
+      if (a.launch_tid != kNoThread) host_to_gpu_.emplace_back(a.launch_ts, a.event->ts);
+    }
+    std::sort(host_to_gpu_.begin(), host_to_gpu_.end());
+    for (std::size_t i = 1; i < host_to_gpu_.size(); ++i)
+      host_to_gpu_[i].second = std::max(host_to_gpu_[i].second, host_to_gpu_[i - 1].second);
     double last = origin_;
     int64_t unsized = 0;
     std::map<std::string, int64_t> unknown_kinds;
@@ -731,19 +747,26 @@ class KinetoAnalysis {
       warn(fmt::format("{} collective kernels '{}' of unknown kind", n, kernel));
     tl.summary.step_seconds = (last - origin_) * 1e-6;
     summarize_streams(tl);
-    for (double t : cpu_event_times_) out_.event_seconds.push_back((t - origin_) * 1e-6);
+    for (double t : cpu_event_times_) out_.event_seconds.push_back(gpu_seconds(t));
   }
 
   void import_memory() {
     Timeline& tl = out_.timeline;
     int64_t cpu_only = 0;
+    std::vector<const KinetoEvent*> samples;  // files need not be in time order
     for (const KinetoEvent& e : events()) {
       if (e.name != "[memory]" || !in_step(e.ts)) continue;
       if (e.device_type != 1) {
         ++cpu_only;
         continue;
       }
-      tl.memory.push_back({(e.ts - origin_) * 1e-6, e.total_allocated, e.total_reserved});
+      samples.push_back(&e);
+    }
+    std::stable_sort(samples.begin(), samples.end(),
+                     [](const KinetoEvent* a, const KinetoEvent* b) { return a->ts < b->ts; });
+    for (const KinetoEvent* sample : samples) {
+      const KinetoEvent& e = *sample;
+      tl.memory.push_back({gpu_seconds(e.ts), e.total_allocated, e.total_reserved});
       tl.summary.peak_allocated_bytes = std::max(tl.summary.peak_allocated_bytes, e.total_allocated);
       tl.summary.peak_reserved_bytes = std::max(tl.summary.peak_reserved_bytes, e.total_reserved);
     }
@@ -754,6 +777,13 @@ class KinetoAnalysis {
     }
   }
 
+  // Seconds from the step's first GPU activity at which the GPU reaches host time t.
+  double gpu_seconds(double t) const {
+    const auto it = std::upper_bound(host_to_gpu_.begin(), host_to_gpu_.end(), std::pair{t, 1e300});
+    if (it == host_to_gpu_.begin()) return 0;
+    return (std::prev(it)->second - origin_) * 1e-6;
+  }
+
   static constexpr int64_t kNoThread = INT64_MIN;
 
   KinetoTrace trace_;
@@ -761,6 +791,7 @@ class KinetoAnalysis {
   ImportedTrace out_;
   Step step_;
   double origin_ = 0;
+  std::vector<std::pair<double, double>> host_to_gpu_;  // (launch ts, GPU start), µs
   std::unordered_map<int64_t, int64_t> launches_;  // correlation -> runtime event
   std::unordered_map<int64_t, int64_t> forward_op_by_sequence_;
   std::unordered_map<int64_t, int64_t> forward_of_backward_;  // from fwdbwd flows

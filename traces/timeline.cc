@@ -117,8 +117,9 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
              .num_gpus = r.positive_integer("num_gpus"),
              .allocator = r.string("allocator"),
              .critical_path = r.integers("critical_path")};
-  if (t.source != "predicted" && t.source != "measured")
-    r.fail("source", fmt::format("expected 'predicted' or 'measured', got '{}'", t.source));
+  if (t.source != "predicted" && t.source != "measured" && t.source != "profiled")
+    r.fail("source",
+           fmt::format("expected 'predicted', 'measured' or 'profiled', got '{}'", t.source));
   const JsonReader s = r.object("summary");
   TimelineSummary& m = t.summary;
   m.step_seconds = s.non_negative_number("step_seconds");

@@ -57,7 +57,9 @@ struct TimelineSummary {
 };
 
 struct Timeline {
-  std::string source;  // "predicted" or "measured"
+  // "predicted" (simulator), "measured" (executor: the plan's ops), or "profiled"
+  // (imported from a profiler trace: GPU kernels, copies and collectives, not plan ops).
+  std::string source;
   std::string model;
   std::string cluster;
   int64_t num_gpus = 0;

@@ -47,10 +47,12 @@ struct ImportedTrace {
   std::string step;                // the one imported
   std::string module_source;       // what gave the module order (fsdp ranges, nn.Module, ...)
   StepTrace trace;                 // events carry times when the trace had them
-  std::vector<double> event_seconds;  // time of each trace event from the step start; -1 unknown
+  // When the GPU reached each trace event: seconds from the step's first GPU activity to
+  // the start of the last GPU work launched before the event ran on the host.
+  std::vector<double> event_seconds;
   std::vector<ModuleTime> module_times;  // per trace.modules entry
   std::vector<ImportedCollective> collectives;
-  Timeline timeline;  // source "measured"; ops are GPU activities; empty when untimed
+  Timeline timeline;  // source "profiled": ops are the step's GPU activities
   std::vector<std::string> warnings;  // what the trace lacks, said instead of guessed
 };
 
