@@ -337,7 +337,10 @@ class KinetoAnalysis {
         // Units are numbered in forward order, the root (no FQN in FSDP2) first.
         if (what == "pre_forward" && e.tid == step_.tid) module_index(fqn);
         open[{what, fqn}].push_back({e.ts, e.tid});
-      } else if (what == "post_forward" || what == "post_backward") {
+      } else if (what == "post_forward" || what == "post_backward" ||
+                 what == "post_backward_reduce") {
+        // post_backward_reduce sits inside post_backward, which closes the window first;
+        // alone (a trace that kept only it), it closes the window itself.
         const std::string pre = what == "post_forward" ? "pre_forward" : "pre_backward";
         auto& stack = open[{pre, fqn}];
         if (stack.empty()) continue;

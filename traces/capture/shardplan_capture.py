@@ -191,25 +191,22 @@ def _device_constructors():
 
 def _meta_context():
     """A context in which new tensors land on the meta device (no memory)."""
-    try:
-        return torch.device("meta")  # a context manager from PyTorch 2.0 on
-    except Exception:
-        pass
-    if not hasattr(torch.device("meta"), "__enter__"):
-        # PyTorch 1.13: inject device="meta" into factory calls with a function mode.
-        from torch.overrides import TorchFunctionMode
+    device = torch.device("meta")
+    if hasattr(device, "__enter__"):
+        return device  # a context manager from PyTorch 2.0 on
+    # PyTorch 1.13: inject device="meta" into factory calls with a function mode.
+    from torch.overrides import TorchFunctionMode
 
-        constructors = _device_constructors()
+    constructors = _device_constructors()
 
-        class MetaFactories(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                kwargs = dict(kwargs or {})
-                if func in constructors and kwargs.get("device") is None:
-                    kwargs["device"] = "meta"
-                return func(*args, **kwargs)
+    class MetaFactories(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in constructors and kwargs.get("device") is None:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
 
-        return MetaFactories()
-    return torch.device("meta")
+    return MetaFactories()
 
 
 def build_model(args, warnings):
@@ -372,14 +369,17 @@ class ModuleStats:
         self.saved_elements = 0.0
         self.saved_fixed_bytes = 0.0
         self.saved_bytes = 0.0
+        self.saved_ctx_elements = 0.0   # [.., seq, seq] tensors: grow with the context
+        self.saved_ctx_fixed_bytes = 0.0
         self.input_elements = 0.0
         self.input_fixed_bytes = 0.0
-        self.backward_done = None   # sequence number of its first backward finish
+        self.backward_done = None   # sequence number of its last backward event
         self.forward_seconds = 0.0
         self.backward_seconds = 0.0
         self.backward_timed = False
         self.causal_subtree = False    # set when the tree is built
         self.saved_bytes_subtree = 0.0
+        self.backward_end = None       # last backward event in its subtree
 
 
 def _flatten(x):
@@ -623,8 +623,9 @@ class OpCounter:
 class SavedTracker:
     """Tensors autograd saves for backward during forward, excluding parameters."""
 
-    def __init__(self, recorder, tags, params, real_device):
+    def __init__(self, recorder, tags, params, real_device, seq):
         self.rec = recorder
+        self.seq = seq
         self.tags = tags
         self.params = params      # id -> parameter
         self.real = real_device
@@ -643,15 +644,16 @@ class SavedTracker:
         return self.real and _storage_ptr(t) in self.param_storages
 
     def _key(self, t):
+        # The same memory, even through a reshaped or transposed view, counts once.
         if self.real:
             ptr = _storage_ptr(t)
             if ptr is not None:
-                return (ptr, t.storage_offset(), tuple(t.shape), t.dtype)
+                return (ptr, t.storage_offset(), t.numel(), t.dtype)
         root = t
         while getattr(root, "_base", None) is not None:
             root = root._base
         self.keep.append(root)
-        return (id(root), t.storage_offset(), tuple(t.shape), t.dtype)
+        return (id(root), t.storage_offset(), t.numel(), t.dtype)
 
     def pack(self, t):
         stats = self.rec.innermost()
@@ -661,8 +663,16 @@ class SavedTracker:
                 self.seen.add(key)
                 nbytes = t.numel() * t.element_size()
                 stats.saved_bytes += nbytes
+                # Attention probabilities and masks are [..., seq, seq]: they scale with
+                # the context too, which one capture can only tell by shape.
+                ctx = self.seq > 1 and t.dim() >= 2 and t.shape[-1] == t.shape[-2] == self.seq
                 if t.dtype == self.rec.activation_dtype:
-                    stats.saved_elements += t.numel()
+                    if ctx:
+                        stats.saved_ctx_elements += t.numel()
+                    else:
+                        stats.saved_elements += t.numel()
+                elif ctx:
+                    stats.saved_ctx_fixed_bytes += nbytes
                 else:
                     stats.saved_fixed_bytes += nbytes
         return t
@@ -706,9 +716,37 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def install_analysis_hooks(rec, full_backward, params):
-    """Forward order, calls, inputs; backward order via full backward hooks or, when
-    those cannot be used, via parameter gradient hooks."""
+def _param_owners(model):
+    owner = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            owner.setdefault(id(p), module)
+    return owner
+
+
+def install_backward_hooks(model, full_backward, on_done, handles):
+    """Calls on_done(module) each time part of a module's backward completes: its input
+    gradients (a full backward hook) or the gradient of one of its own parameters. A
+    module whose inputs need no gradient (an embedding, the root) gets its full backward
+    hook as its backward starts, so the parameter hooks say when it really ends."""
+    if full_backward:
+        for module in model.modules():
+            handles.append(module.register_full_backward_hook(
+                lambda m, grad_input, grad_output: on_done(m)))
+    owner = _param_owners(model)
+    for p in model.parameters():
+        if p.requires_grad and id(p) in owner:
+            handles.append(p.register_hook(_param_done_hook(owner[id(p)], on_done)))
+
+
+def _param_done_hook(module, on_done):
+    def hook(grad):
+        on_done(module)
+    return hook
+
+
+def install_analysis_hooks(rec, full_backward):
+    """Forward order, calls and inputs of every module, and when its backward ends."""
     kwargs_hooks = _supports_kwargs_hooks()
 
     def pre(module, args, kwargs=None):
@@ -731,11 +769,9 @@ def install_analysis_hooks(rec, full_backward, params):
     def post(module, args, *rest):
         rec.stack.pop()
 
-    def backward_done(module, grad_input, grad_output):
-        stats = rec.stats[id(module)]
-        if stats.backward_done is None:
-            stats.backward_done = rec.bwd_seq
-            rec.bwd_seq += 1
+    def backward_done(module):
+        rec.stats[id(module)].backward_done = rec.bwd_seq  # the last event wins
+        rec.bwd_seq += 1
 
     for module in rec.model.modules():
         if kwargs_hooks:
@@ -743,27 +779,10 @@ def install_analysis_hooks(rec, full_backward, params):
         else:
             rec.handles.append(module.register_forward_pre_hook(pre))
         rec.handles.append(module.register_forward_hook(post))
-        if full_backward:
-            rec.handles.append(module.register_full_backward_hook(backward_done))
-    if not full_backward:
-        owner = {}
-        for module in rec.model.modules():
-            for p in module.parameters(recurse=False):
-                owner.setdefault(id(p), module)
-        for p in params.values():
-            if p.requires_grad and id(p) in owner:
-                rec.handles.append(p.register_hook(_grad_hook(rec, owner[id(p)])))
+    install_backward_hooks(rec.model, full_backward, backward_done, rec.handles)
 
 
-def _grad_hook(rec, module):
-    def hook(grad):
-        stats = rec.stats[id(module)]
-        stats.backward_done = rec.bwd_seq  # a module is done with its last parameter
-        rec.bwd_seq += 1
-    return hook
-
-
-def analysis_step(model, inputs, kwargs, args, full_backward, activation_dtype):
+def analysis_step(model, inputs, kwargs, args, full_backward, activation_dtype, seq):
     """One measured forward + backward. Returns (recorder, backward_ok, error or None)."""
     params = {id(p): p for p in model.parameters()}
     real = args.device != "meta"
@@ -775,8 +794,8 @@ def analysis_step(model, inputs, kwargs, args, full_backward, activation_dtype):
     for b in model.buffers():
         tags.set(b, "const")
     counter = OpCounter(rec, tags, real)
-    saved = SavedTracker(rec, tags, params, real)
-    install_analysis_hooks(rec, full_backward, params)
+    saved = SavedTracker(rec, tags, params, real, seq)
+    install_analysis_hooks(rec, full_backward)
     try:
         try:
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
@@ -802,9 +821,12 @@ def analysis_step(model, inputs, kwargs, args, full_backward, activation_dtype):
 
 
 def timing_step(model, inputs, kwargs, args, full_backward, rec):
-    """A second, unobserved step timing each module (inclusive of its children)."""
+    """A second, unobserved step timing each module (inclusive of its children). Backward
+    spans from the first gradient reaching its outputs to its last input or parameter
+    gradient."""
     starts = {}
     bwd_start = {}
+    bwd_end = {}
     handles = []
 
     def pre(module, *unused):
@@ -819,22 +841,21 @@ def timing_step(model, inputs, kwargs, args, full_backward, rec):
             if t.requires_grad:
                 t.register_hook(_backward_start_hook(module, bwd_start, args.device))
 
-    def done(module, grad_input, grad_output):
+    def done(module):
         _sync(args.device)
-        begin = bwd_start.pop(id(module), None)
-        if begin is not None:
-            stats = rec.stats[id(module)]
-            stats.backward_seconds += time.perf_counter() - begin
-            stats.backward_timed = True
+        bwd_end[id(module)] = time.perf_counter()
 
     for module in model.modules():
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
-        if full_backward:
-            handles.append(module.register_full_backward_hook(done))
+    install_backward_hooks(model, full_backward, done, handles)
     try:
         output = model(*inputs, **kwargs)
         _loss_of(output, args.loss).backward()
+        for key, end in bwd_end.items():
+            if key in bwd_start and key in rec.stats:
+                rec.stats[key].backward_seconds = max(0.0, end - bwd_start[key])
+                rec.stats[key].backward_timed = True
     finally:
         for h in handles:
             h.remove()
@@ -942,6 +963,9 @@ def module_cost(module, stats, tokens, seq):
         "fwd_io_elements_per_token": _number(stats.io_elements / tokens),
         "saved_per_token": {"elements": _number(stats.saved_elements / tokens),
                             "fixed_bytes": _number(stats.saved_fixed_bytes / tokens)},
+        "saved_per_token_ctx": {
+            "elements": _number(stats.saved_ctx_elements / (tokens * seq)),
+            "fixed_bytes": _number(stats.saved_ctx_fixed_bytes / (tokens * seq))},
         "input_per_token": {"elements": _number(stats.input_elements / tokens),
                             "fixed_bytes": _number(stats.input_fixed_bytes / tokens)},
     }
@@ -985,11 +1009,16 @@ def build_tree(model, rec, tokens, seq, warnings):
         stats = rec.stats[id(module)]
         stats.causal_subtree = stats.causal
         stats.saved_bytes_subtree = stats.saved_bytes
+        ends = [stats.backward_done]
         for _, child in children_of[id(module)]:
             sum_subtree(child)
             child_stats = rec.stats[id(child)]
             stats.causal_subtree |= child_stats.causal_subtree
             stats.saved_bytes_subtree += child_stats.saved_bytes_subtree
+            ends.append(child_stats.backward_end)
+        # A module's backward is over when its children's is.
+        ends = [e for e in ends if e is not None]
+        stats.backward_end = max(ends) if ends else None
 
     sum_subtree(model)
     written = set()
@@ -1021,12 +1050,17 @@ def build_tree(model, rec, tokens, seq, warnings):
     return root, order
 
 
+def _depth(fqn):
+    return fqn.count(".") + 1 if fqn else 0
+
+
 def capture_record(args, model, rec, batch, seq, tokens, specs, backward_source,
                    warnings, timed):
     called = sorted((s for s in rec.stats.values() if s.first_call is not None),
                     key=lambda s: s.first_call)
-    finished = sorted((s for s in rec.stats.values() if s.backward_done is not None),
-                      key=lambda s: s.backward_done)
+    # On a tie (a parent ends with its last child) the child is listed first.
+    finished = sorted((s for s in rec.stats.values() if s.backward_end is not None),
+                      key=lambda s: (s.backward_end, -_depth(s.fqn)))
     if backward_source == "reverse_forward_order":
         backward = [s.fqn for s in reversed(called)]
     else:
@@ -1102,14 +1136,19 @@ def capture(args):
     batch, seq = batch_and_seq(args, inputs, kwargs)
     tokens = batch * seq
     act_dtype = activation_dtype_of(model)
+    model_dims = {int(d) for p in model.parameters() for d in p.shape}
+    if seq in model_dims:
+        warnings.append(f"seq {seq} equals a parameter dimension, so [.., seq, seq] saved "
+                        "tensors (counted as context-scaled) may be confused with others; "
+                        "a --seq unlike any model size is safer")
 
-    rec, ok, failure = analysis_step(model, inputs, kwargs, args, True, act_dtype)
+    rec, ok, failure = analysis_step(model, inputs, kwargs, args, True, act_dtype, seq)
     full_backward = True
     if failure is not None:
         # Full backward hooks wrap module inputs and outputs, which some models (in-place
         # updates of a module's output) reject; parameter hooks never interfere.
         first_failure = failure
-        rec, ok, failure = analysis_step(model, inputs, kwargs, args, False, act_dtype)
+        rec, ok, failure = analysis_step(model, inputs, kwargs, args, False, act_dtype, seq)
         full_backward = False
         if failure is None:
             warnings.append("full backward hooks failed ({}: {}); backward order comes from "
@@ -1127,7 +1166,8 @@ def capture(args):
                         "recorded, backward order is the reverse of forward order")
         backward_source = "reverse_forward_order"
     else:
-        backward_source = "full_backward_hooks" if full_backward else "parameter_grad_hooks"
+        backward_source = ("full_backward_hooks+parameter_grad_hooks" if full_backward
+                           else "parameter_grad_hooks")
 
     timed = args.device != "meta" and not args.no_timing
     if timed:
