@@ -140,6 +140,13 @@ void build_schedule(Plan& plan) {
     return double_buffers[static_cast<std::size_t>((grad ? 2 : 0) + layer_index % 2)];
   };
 
+  // The root unit is gathered when it has parameters and work of its own: a captured
+  // model's root may hold nothing outside its units (nn.TransformerEncoder).
+  const bool gather_root =
+      s.shard_params && unsharded_bytes(0, 1.0, false) > 0 &&
+      std::any_of(plan.segments.begin(), plan.segments.end(),
+                  [](const PlanSegment& seg) { return seg.unit == 0; });
+
   std::vector<int64_t> last_reduce(num_units, -1);  // final reduction op per unit
   std::vector<int64_t> next_start_deps;
   for (int64_t mb = 0; mb < c.grad_accum; ++mb) {
@@ -180,8 +187,8 @@ void build_schedule(Plan& plan) {
     const int64_t kf = c.forward_prefetch;
     const int64_t num_layers = static_cast<int64_t>(layers.size());
     const std::vector<int64_t> start_deps = next_start_deps;
+    if (gather_root) gather(0, false, -1, start_deps);
     if (s.shard_params) {
-      gather(0, false, -1, start_deps);
       for (int64_t i = 0; i <= std::min(kf, num_layers - 1); ++i)
         gather(layers[static_cast<std::size_t>(i)], false, i, start_deps);
     }
@@ -195,7 +202,7 @@ void build_schedule(Plan& plan) {
                          seg.activation_bytes, fmt::format("activations {} mb{}", seg.label, mb));
       std::vector<int64_t> deps;
       std::vector<int64_t> reads;
-      if (s.shard_params) {
+      if (s.shard_params && (seg.unit != 0 || gather_root)) {
         deps.push_back(ag_fwd[u]);
         reads.push_back(unsharded_fwd[u]);
       } else {
@@ -295,7 +302,7 @@ void build_schedule(Plan& plan) {
       std::vector<int64_t> reads = {activations[static_cast<std::size_t>(seg.id)]};
       if (transpose_cache[u] >= 0) reads.push_back(transpose_cache[u]);
       std::vector<int64_t> deps = {last_backward >= 0 ? last_backward : last_forward};
-      if (s.shard_params) {
+      if (s.shard_params && (layer || gather_root)) {
         const int64_t weight = layer ? unsharded_bwd[u] : unsharded_fwd[u];
         reads.push_back(weight);
         if (layer) deps.push_back(ag_bwd[u]);

@@ -26,6 +26,15 @@ void collect(const Module& m, const std::unordered_map<const Module*, int64_t>& 
   for (const Module& child : m.children) collect(child, unit_of, out);
 }
 
+bool has_own_work(const Module& m) {
+  const ModuleCost& c = m.cost;
+  const Footprint& saved = c.saved_per_token;
+  const Footprint& saved_ctx = c.saved_per_token_ctx;
+  return !m.parameters.empty() || c.fwd_flops_per_token > 0 || c.fwd_flops_per_token_ctx > 0 ||
+         c.fwd_io_elements_per_token > 0 || saved.elements > 0 || saved.fixed_bytes > 0 ||
+         saved_ctx.elements > 0 || saved_ctx.fixed_bytes > 0;
+}
+
 }  // namespace
 
 std::vector<TracedModule> traced_modules(const ModelSpec& model,
@@ -33,6 +42,11 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model,
   std::unordered_map<const Module*, int64_t> unit_of;
   for (std::size_t u = 1; u < units.size(); ++u) unit_of[units[u].module] = static_cast<int64_t>(u);
   std::vector<TracedModule> out;
+  if (!contains_unit(model.root, unit_of)) {
+    out.push_back({&model.root, 0});
+    return out;
+  }
+  if (has_own_work(model.root)) out.push_back({&model.root, 0, true});
   collect(model.root, unit_of, out);
   return out;
 }
@@ -40,14 +54,21 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model,
 std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
                                         const BatchShape& shape, Recompute recompute) {
   std::vector<PlanSegment> segments;
-  for (const TracedModule& t : traced) {
+  for (const TracedModule& traced_module : traced) {
+    // The root's own work: a childless copy, so the subtree sums below count only it.
+    const Module own = traced_module.own_only ? Module{.name = traced_module.module->name,
+                                                       .type = traced_module.module->type,
+                                                       .parameters = traced_module.module->parameters,
+                                                       .cost = traced_module.module->cost}
+                                              : Module{};
+    const TracedModule t{traced_module.own_only ? &own : traced_module.module, traced_module.unit};
     const bool root = t.unit == 0;
     if (segments.empty() || !root || segments.back().unit != 0) {
       segments.push_back(PlanSegment{
           .id = static_cast<int64_t>(segments.size()), .unit = t.unit, .checkpointed = !root});
     }
     PlanSegment& s = segments.back();
-    s.label += (s.label.empty() ? "" : "+") + t.module->name;
+    s.label += (s.label.empty() ? "" : "+") + (t.module->name.empty() ? "<root>" : t.module->name);
     s.modules.push_back(t.module->name);
     s.forward_flops += forward_flops(*t.module, shape);
     s.backward_flops += backward_flops(*t.module, shape);

@@ -12,11 +12,15 @@ namespace shardplan {
 // A module the step trace follows, and the unit that owns it.
 struct TracedModule {
   const Module* module = nullptr;
-  int64_t unit = 0;  // index into the units of find_fsdp_units (0 = root)
+  int64_t unit = 0;       // index into the units of find_fsdp_units (0 = root)
+  bool own_only = false;  // only the module's own work and parameters, not its children's
 };
 
 // The traced modules in forward order: every unit module, and every maximal subtree
-// outside the units (the root's embedding, final norm, head, loss).
+// outside the units (the root's embedding, final norm, head, loss). The root itself is
+// traced when no unit lies inside it (the whole model is the root unit), and for its own
+// work (own_only, first) when it owns parameters or a cost of its own beside its
+// children, as a captured model's root may.
 std::vector<TracedModule> traced_modules(const ModelSpec& model,
                                          const std::vector<FsdpUnit>& units);
 

@@ -4,42 +4,54 @@
 Runs one forward + backward step of a user's ``nn.Module`` on a sample batch and writes
 the module tree in shardplan's "explicit" form (docs/formats.md), so that
 ``shardplan describe|plan|simulate|sweep --model captured.json`` plan the real model.
+Needs only the standard library and torch (1.13 or 2.x).
 
-Usage (stdlib + torch only)::
+Usage::
 
-    python3 traces/capture/shardplan_capture.py --module transformers:AutoModel ... -o m.json
-    python3 traces/capture/shardplan_capture.py --file my_model.py --builder build_model \\
-        --input int64:2x512:32000 -o m.json
+    python3 traces/capture/shardplan_capture.py --module mypkg.models:GPT \
+        --kwargs '{"n_layer": 12}' --input int64:4x1024:50257 -o gpt.json
+    python3 traces/capture/shardplan_capture.py --file my_model.py --device meta \
+        --input int64:1x4096:32000 -o big.json
     PYTHONPATH=traces/capture python3 -m shardplan_capture --file my_model.py -o m.json
 
 The model comes from ``--module PKG.MOD:ATTR`` (a class or factory, called with
 ``--args``/``--kwargs`` JSON) or ``--file PATH.py`` with ``--builder NAME`` (default
 ``build_model``). Inputs come from ``--input DTYPE:DIMS[:HIGH]`` (repeatable; e.g.
 ``int64:2x128:32000`` or ``float32:2x128x64``) or from ``example_inputs(batch, seq)``
-defined in the ``--file``. Per-token costs divide by tokens = batch x seq, read from the
-first input's leading dims ([B, S, ...], or [S, B, ...] with ``--seq-first``) unless
-``--batch``/``--seq`` say otherwise.
+defined in the ``--file`` (a tuple of tensors, or a dict of keyword inputs). Per-token
+costs divide by tokens = batch x seq, read from the first input's leading dims
+([B, S, ...], or [S, B, ...] with ``--seq-first``) unless ``--batch``/``--seq`` say.
 
-What is measured, per module, for its OWN work (while it is the innermost active module):
+What is measured, per module, for its OWN work (while it is the innermost active module),
+in forward only:
 
-* FLOPs of matmul-family aten ops in forward (a TorchDispatchMode). A matmul with an
-  operand derived from a parameter is per-token work (``fwd_flops_per_token``); one
-  between two activations (attention scores and values) grows with the context
-  (``fwd_flops_per_token_ctx`` = FLOPs / (tokens x seq)). Matmuls with no activation
-  operand (weight preparation) do not scale with tokens and are not counted.
-* ``causal`` (best effort): an attention op called with ``is_causal``; a mask built in
-  forward by ``triu``/``tril`` meeting an activation; or, on real devices, a constant
-  (buffer or factory-made) square mask whose content is lower-triangular.
-* Activation elements read and written by non-view, non-matmul ops.
+* FLOPs of matmul-family aten ops (a TorchDispatchMode). A matmul with an operand
+  derived from a parameter is per-token work (``fwd_flops_per_token``); one between two
+  activations (attention scores and values, fused attention kernels) grows with the
+  context (``fwd_flops_per_token_ctx`` = FLOPs / (tokens x seq), counted as if not
+  causal). Matmuls with no activation operand (weight preparation) do not scale with
+  tokens and are not counted.
+* ``causal``, best effort, from evidence in the module doing the attention or in its
+  submodules: an attention op called with ``is_causal``; a mask built in forward by ``triu``/``tril``
+  meeting an activation; or, on real devices only, a square mask (a buffer, or the
+  operand of add/masked_fill/where) whose content is triangular.
+* ``fwd_io_elements_per_token``: activation elements read and written by non-view,
+  non-matmul ops.
 * Tensors saved for backward (autograd saved_tensors_hooks), excluding parameters and
-  their views/casts, each counted once, attributed where first saved. Floating tensors
-  in the activation dtype (the dominant parameter dtype) are ``elements``, which
-  shardplan prices in the config's ``param_dtype``; everything else is ``fixed_bytes``.
-* The module's forward inputs (what full recompute keeps).
+  their views and casts, each piece of memory counted once, where first saved. Those of
+  the activation dtype (the dominant parameter dtype) are ``elements``, which shardplan
+  prices in the config's ``param_dtype``; others (masks, ids, fp32 statistics) are
+  ``fixed_bytes``. Tensors ending in [seq, seq] (attention probabilities, masks) go to
+  ``saved_per_token_ctx``; pick a ``--seq`` unlike any model dimension.
+* ``input_per_token``: the module's forward inputs (what full recompute keeps).
 
-The module tree is ordered by execution (first forward call), because shardplan takes
-FSDP units in tree order. ``--device meta`` builds and runs the model without allocating
-memory: shapes, order, FLOPs and saved sizes, no durations.
+The tree is ordered by execution (first forward call), because shardplan takes FSDP
+units in tree order; modules never called follow their siblings. The "capture" block
+records forward and backward module order (full backward hooks plus parameter gradient
+hooks, or parameter hooks alone when a model rejects full backward hooks), calls, saved
+bytes and, on cpu/cuda, per-module times from a second step. ``--device meta`` builds
+and runs the model without allocating memory: shapes, order, FLOPs and saved sizes, no
+durations; if backward fails on meta, the backward order is the reverse forward order.
 
 Errors print ``shardplan_capture: error: ARG: ...`` on stderr, exit with status 2 and
 leave no output file.
@@ -53,7 +65,6 @@ import importlib
 import importlib.util
 import inspect
 import json
-import math
 import os
 import sys
 import tempfile
@@ -139,7 +150,7 @@ def _parse_json_arg(text, arg, kind):
     return value
 
 
-def _load_from_module(spec, call_args, call_kwargs):
+def _load_from_module(spec):
     if ":" not in spec:
         raise CaptureError("--module", f"'{spec}' must be PKG.MOD:ATTR")
     mod_name, attr = spec.split(":", 1)
@@ -159,7 +170,7 @@ def _load_from_module(spec, call_args, call_kwargs):
     return obj, None
 
 
-def _load_from_file(path, builder, call_args, call_kwargs):
+def _load_from_file(path, builder):
     if not os.path.isfile(path):
         raise CaptureError("--file", f"'{path}' is not a file")
     directory = os.path.dirname(os.path.abspath(path))
@@ -213,11 +224,10 @@ def build_model(args, warnings):
     call_args = _parse_json_arg(args.args, "--args", list)
     call_kwargs = _parse_json_arg(args.kwargs, "--kwargs", dict)
     if args.module:
-        factory, example_inputs = _load_from_module(args.module, call_args, call_kwargs)
+        factory, example_inputs = _load_from_module(args.module)
         arg = "--module"
     else:
-        factory, example_inputs = _load_from_file(args.file, args.builder, call_args,
-                                                  call_kwargs)
+        factory, example_inputs = _load_from_file(args.file, args.builder)
         arg = "--builder"
     context = _meta_context() if args.device == "meta" else contextlib.nullcontext()
     try:
@@ -503,9 +513,8 @@ def _looks_causal(mask):
 class Recorder:
     """Module hooks, the module stack, and per-module statistics of one step."""
 
-    def __init__(self, model, device):
+    def __init__(self, model):
         self.model = model
-        self.device = device
         self.stats = {}
         for index, (fqn, module) in enumerate(model.named_modules()):
             self.stats[id(module)] = ModuleStats(fqn, index)
@@ -514,6 +523,7 @@ class Recorder:
         self.bwd_seq = 0
         self.activation_dtype = None
         self.handles = []
+        self.warnings = []  # about this step only
 
     def innermost(self):
         return self.stats[id(self.stack[-1])] if self.stack else None
@@ -531,10 +541,11 @@ def _supports_kwargs_hooks():
 class OpCounter:
     """Counts FLOPs and activation traffic per innermost module during forward."""
 
-    def __init__(self, recorder, tags, real_device):
+    def __init__(self, recorder, tags, real_device, warnings):
         self.rec = recorder
         self.tags = tags
         self.real = real_device
+        self.warnings = warnings
         self.causal_cache = {}
 
     def mode(self):
@@ -557,7 +568,10 @@ class OpCounter:
         return value if ref() is t else _looks_causal(t)
 
     def on_op(self, func, args, kwargs, out):
-        name = func._schema.name
+        schema = getattr(func, "_schema", None)
+        if schema is None:
+            return  # a higher-order op; its inner ops are dispatched on their own
+        name = schema.name
         name = name[6:] if name.startswith("aten::") else name
         inputs = list(_flatten(args)) + list(_flatten(kwargs or {}))
         outputs = list(_flatten(out))
@@ -567,7 +581,12 @@ class OpCounter:
         if stats is None:
             return  # outside the model (inputs, loss)
         if name in MATMUL_OPS or _is_attention_op(name):
-            self._count_matmul(func, name, args, kwargs, out, stats)
+            try:
+                self._count_matmul(func, name, args, kwargs, out, stats)
+            except Exception as exc:  # an unfamiliar overload must not fail the capture
+                note = f"FLOPs of aten::{name} not counted ({_brief(exc)})"
+                if note not in self.warnings:
+                    self.warnings.append(note)
             return
         activations = [t for t, tag in zip(inputs, in_tags) if tag is None]
         if activations and not stats.causal:
@@ -786,14 +805,14 @@ def analysis_step(model, inputs, kwargs, args, full_backward, activation_dtype, 
     """One measured forward + backward. Returns (recorder, backward_ok, error or None)."""
     params = {id(p): p for p in model.parameters()}
     real = args.device != "meta"
-    rec = Recorder(model, args.device)
+    rec = Recorder(model)
     rec.activation_dtype = activation_dtype
     tags = Tags()
     for p in params.values():
         tags.set(p, "param")
     for b in model.buffers():
         tags.set(b, "const")
-    counter = OpCounter(rec, tags, real)
+    counter = OpCounter(rec, tags, real, rec.warnings)
     saved = SavedTracker(rec, tags, params, real, seq)
     install_analysis_hooks(rec, full_backward)
     try:
@@ -913,17 +932,20 @@ def pattern_matches(pattern, name):
 
 
 def default_units(model):
-    """Children of the largest ModuleList/Sequential of same-typed blocks, as 'fqn.*'."""
+    """Children of the largest ModuleList/Sequential of repeated blocks, as 'fqn.*': one
+    whose children of a single class (two or more) hold most of its parameters."""
     best, best_size = None, 0
     for fqn, module in model.named_modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential)):
             continue
-        children = [c for c in module.children()]
-        if len(children) < 2 or len({type(c) for c in children}) != 1:
-            continue
-        size = sum(p.numel() for p in module.parameters())
-        if size > best_size:
-            best, best_size = fqn, size
+        by_type = {}
+        for child in module.children():
+            count, size = by_type.get(type(child), (0, 0))
+            by_type[type(child)] = (count + 1, size + sum(p.numel() for p in child.parameters()))
+        total = sum(p.numel() for p in module.parameters())
+        repeated = max((size for count, size in by_type.values() if count >= 2), default=0)
+        if total > best_size and repeated > 0 and 2 * repeated >= total:
+            best, best_size = fqn, total
     if best is None:
         return []
     return [f"{best}.*" if best else "*"]
@@ -972,12 +994,15 @@ def module_cost(module, stats, tokens, seq):
     return cost
 
 
-def build_tree(model, rec, tokens, seq, warnings):
-    """The module tree in execution order, each parameter written once."""
-    children_of = {}
-    memo = {id(model)}
+def children_in_execution_order(model, rec, warnings):
+    """id(module) -> [(local name, child)], siblings in the order they first run.
 
+    Execution order is what shardplan's planner reads as tree order. Containers
+    (ModuleList) are never called themselves: they run when their first child does.
+    Shared submodules appear once, where named_modules() puts them."""
+    children_of = {}
     start = {}  # first forward call in a module's subtree
+    memo = {id(model)}
 
     def walk(module):
         kids = []
@@ -988,8 +1013,6 @@ def build_tree(model, rec, tokens, seq, warnings):
             memo.add(id(child))
             kids.append((local, child))
             calls.append(walk(child))
-        # Execution order is what shardplan's planner reads as tree order. Containers
-        # (ModuleList) are never called themselves: they run when their first child does.
         kids.sort(key=lambda lc: (start[id(lc[1])] is None, start[id(lc[1])] or 0,
                                   rec.stats[id(lc[1])].index))
         children_of[id(module)] = kids
@@ -1003,50 +1026,65 @@ def build_tree(model, rec, tokens, seq, warnings):
         shown = ", ".join(unused[:8]) + (" ..." if len(unused) > 8 else "")
         warnings.append(f"{len(unused)} modules never called in forward (placed after their "
                         f"called siblings, with no cost of their own): {shown}")
+    return children_of
 
-    def sum_subtree(module):
-        # A mask may be applied in a submodule of the one doing the matmuls, or vice versa.
-        stats = rec.stats[id(module)]
-        stats.causal_subtree = stats.causal
-        stats.saved_bytes_subtree = stats.saved_bytes
-        ends = [stats.backward_done]
-        for _, child in children_of[id(module)]:
-            sum_subtree(child)
-            child_stats = rec.stats[id(child)]
-            stats.causal_subtree |= child_stats.causal_subtree
-            stats.saved_bytes_subtree += child_stats.saved_bytes_subtree
-            ends.append(child_stats.backward_end)
-        # A module's backward is over when its children's is.
-        ends = [e for e in ends if e is not None]
-        stats.backward_end = max(ends) if ends else None
 
-    sum_subtree(model)
-    written = set()
+def sum_subtrees(module, rec, children_of):
+    """Causal evidence, saved bytes and backward end over each module's subtree."""
+    stats = rec.stats[id(module)]
+    # A mask may be applied in a submodule of the one doing the matmuls.
+    stats.causal_subtree = stats.causal
+    stats.saved_bytes_subtree = stats.saved_bytes
+    ends = [stats.backward_done]
+    for _, child in children_of[id(module)]:
+        child_stats = sum_subtrees(child, rec, children_of)
+        stats.causal_subtree |= child_stats.causal_subtree
+        stats.saved_bytes_subtree += child_stats.saved_bytes_subtree
+        ends.append(child_stats.backward_end)
+    # A module's backward is over when its children's is.
+    ends = [e for e in ends if e is not None]
+    stats.backward_end = max(ends) if ends else None
+    return stats
+
+
+def module_node(module, local, rec, children_of, written, tokens, seq, warnings):
+    """One module of the explicit tree, with its subtree. A parameter shared by several
+    modules (tied weights) is written once, by its first owner in execution order."""
+    stats = rec.stats[id(module)]
+    node = {} if local is None else {"name": local}
+    node["type"] = type(module).__name__
+    params = []
+    for pname, p in module.named_parameters(recurse=False):
+        if id(p) in written:
+            continue
+        written.add(id(p))
+        where = f"parameter '{stats.fqn + '.' if stats.fqn else ''}{pname}'"
+        params.append({"name": pname, "shape": [int(d) for d in p.shape],
+                       "dtype": shardplan_dtype(p.dtype, where, warnings),
+                       "requires_grad": bool(p.requires_grad)})
+    if params:
+        node["parameters"] = params
+    node["cost"] = module_cost(module, stats, tokens, seq)
+    kids = [module_node(child, name, rec, children_of, written, tokens, seq, warnings)
+            for name, child in children_of[id(module)]]
+    if kids:
+        node["children"] = kids
+    return node
+
+
+def build_tree(model, rec, tokens, seq, warnings):
+    """The module tree in execution order, and its module names in tree order."""
+    children_of = children_in_execution_order(model, rec, warnings)
+    sum_subtrees(model, rec, children_of)
+    root = module_node(model, None, rec, children_of, set(), tokens, seq, warnings)
     order = []
 
-    def emit(module, local):
-        stats = rec.stats[id(module)]
-        order.append(stats.fqn)
-        node = {} if local is None else {"name": local}
-        node["type"] = type(module).__name__
-        params = []
-        for pname, p in module.named_parameters(recurse=False):
-            if id(p) in written:
-                continue  # tied weight: written by its first owner in execution order
-            written.add(id(p))
-            where = f"parameter '{stats.fqn + '.' if stats.fqn else ''}{pname}'"
-            params.append({"name": pname, "shape": [int(d) for d in p.shape],
-                           "dtype": shardplan_dtype(p.dtype, where, warnings),
-                           "requires_grad": bool(p.requires_grad)})
-        if params:
-            node["parameters"] = params
-        node["cost"] = module_cost(module, stats, tokens, seq)
-        kids = [emit(child, name) for name, child in children_of[id(module)]]
-        if kids:
-            node["children"] = kids
-        return node
+    def names(module):
+        order.append(rec.stats[id(module)].fqn)
+        for _, child in children_of[id(module)]:
+            names(child)
 
-    root = emit(model, None)
+    names(model)
     return root, order
 
 
@@ -1142,18 +1180,17 @@ def capture(args):
                         "tensors (counted as context-scaled) may be confused with others; "
                         "a --seq unlike any model size is safer")
 
-    rec, ok, failure = analysis_step(model, inputs, kwargs, args, True, act_dtype, seq)
+    rec, _, failure = analysis_step(model, inputs, kwargs, args, True, act_dtype, seq)
     full_backward = True
     if failure is not None:
         # Full backward hooks wrap module inputs and outputs, which some models (in-place
         # updates of a module's output) reject; parameter hooks never interfere.
         first_failure = failure
-        rec, ok, failure = analysis_step(model, inputs, kwargs, args, False, act_dtype, seq)
+        rec, _, failure = analysis_step(model, inputs, kwargs, args, False, act_dtype, seq)
         full_backward = False
         if failure is None:
-            warnings.append("full backward hooks failed ({}: {}); backward order comes from "
-                            "parameter gradient hooks".format(
-                                type(first_failure[1]).__name__, first_failure[1]))
+            warnings.append(f"full backward hooks failed ({_brief(first_failure[1])}); "
+                            "backward order comes from parameter gradient hooks")
     if failure is not None:
         phase, exc = failure
         if phase == "forward":
@@ -1161,20 +1198,20 @@ def capture(args):
             raise CaptureError(arg, f"forward of the model failed: {type(exc).__name__}: {exc}")
         if args.device != "meta":
             raise CaptureError("--loss", f"backward failed: {type(exc).__name__}: {exc}")
-        warnings.append(f"backward failed on meta ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); forward data "
-                        "recorded, backward order is the reverse of forward order")
+        warnings.append(f"backward failed on meta ({_brief(exc)}); forward data recorded, "
+                        "backward order is the reverse of forward order")
         backward_source = "reverse_forward_order"
     else:
         backward_source = ("full_backward_hooks+parameter_grad_hooks" if full_backward
                            else "parameter_grad_hooks")
+    warnings.extend(rec.warnings)
 
     timed = args.device != "meta" and not args.no_timing
     if timed:
         try:
             timing_step(model, inputs, kwargs, args, full_backward, rec)
         except Exception as exc:  # timings are a bonus; the model file stands without them
-            warnings.append(f"timing step failed: {type(exc).__name__}: {exc}")
+            warnings.append(f"timing step failed ({_brief(exc)}); no durations")
             timed = False
 
     root, order = build_tree(model, rec, tokens, seq, warnings)
@@ -1204,6 +1241,13 @@ def capture(args):
           f"{tokens} tokens per step")
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
+
+
+def _brief(exc):
+    """An exception's type and first line, short enough for a warning."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return f"{type(exc).__name__}: {text}"
 
 
 def _source_text(args):
