@@ -67,7 +67,7 @@ std::string format_si(double value) {
   if (magnitude >= 1e9) return fmt::format("{:.1f} G", value / 1e9);
   if (magnitude >= 1e6) return fmt::format("{:.1f} M", value / 1e6);
   if (magnitude >= 1e3) return fmt::format("{:.1f} K", value / 1e3);
-  return fmt::format("{:.0f}", value);
+  return fmt::format("{:.0f} ", value);  // the space a prefix would take: "0 FLOP"
 }
 
 std::string render_table(const std::vector<std::string>& header,
