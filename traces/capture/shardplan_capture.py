@@ -1144,6 +1144,10 @@ def write_atomically(path, document):
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=1)
             f.write("\n")
+        # mkstemp makes the file private (0600); give it the mode a plain open would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
