@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -118,8 +119,29 @@ std::string string_arg(const json& args, const char* key) {
   return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// Whether the importer reads an event of this phase, category and name: module ranges
+// among the Python events (a with_stack trace has tens of thousands of other frames),
+// the autograd fwd-bwd flows among the flows, no metadata.
+bool wanted_event(std::string_view ph, std::string_view cat, std::string_view name) {
+  if (ph == "M") return false;
+  if (cat == "python_function") return name.rfind("nn.Module: ", 0) == 0;
+  if (ph == "s" || ph == "f") return cat == "fwdbwd";
+  return true;
+}
+
+// The args the importer reads; the rest (input shapes, concrete inputs, strides) are
+// skipped unbuilt, which is most of a cpu_op's bytes.
+bool wanted_arg(std::string_view key) {
+  static constexpr std::string_view kArgs[] = {
+      "correlation",   "Sequence number", "stream",     "Collective name", "In msg nelems",
+      "Out msg nelems", "Group size",     "dtype",      "Device Type",     "Bytes",
+      "Total Allocated", "Total Reserved"};
+  return std::find(std::begin(kArgs), std::end(kArgs), key) != std::end(kArgs);
+}
+
 // Receives the SAX stream: top-level scalars and small values go to the metadata; each
-// element of "traceEvents" is built, turned into a KinetoEvent, and dropped.
+// element of "traceEvents" is built (only the keys the importer reads), turned into a
+// KinetoEvent, and dropped.
 class TraceSax : public nlohmann::json_sax<json> {
  public:
   explicit TraceSax(KinetoTrace& trace) : trace_(trace) {}
@@ -131,7 +153,10 @@ class TraceSax : public nlohmann::json_sax<json> {
   bool number_integer(number_integer_t v) override { return scalar(v); }
   bool number_unsigned(number_unsigned_t v) override { return scalar(v); }
   bool number_float(number_float_t v, const string_t&) override { return scalar(v); }
-  bool string(string_t& v) override { return scalar(std::move(v)); }
+  bool string(string_t& v) override {
+    if (skip_depth_ == 0 && !skip_next_ && in_event() && event_depth_ == 1) note_identity(v);
+    return scalar(std::move(v));
+  }
   bool binary(binary_t&) override { return true; }
 
   bool start_object(std::size_t) override { return start(json::object()); }
@@ -145,7 +170,16 @@ class TraceSax : public nlohmann::json_sax<json> {
     return start(json::array());
   }
   bool key(string_t& k) override {
+    if (skip_depth_ > 0) return true;
     if (building_) {
+      if (in_event()) {
+        // Inside an event: skip what the importer never reads, unbuilt.
+        if (dropped_ || (event_depth_ == 2 && args_open_ && !wanted_arg(k))) {
+          skip_next_ = true;
+          return true;
+        }
+        if (event_depth_ == 1) last_event_key_ = k;
+      }
       builder_.key(k);
     } else if (depth_ == 1) {
       top_key_ = k;
@@ -168,9 +202,25 @@ class TraceSax : public nlohmann::json_sax<json> {
   }
 
  private:
+  bool in_event() const { return building_ && in_events_; }
+
+  // ph, cat and name decide whether the event is kept; once all three are known and it is
+  // not, the rest of it is skipped.
+  void note_identity(const std::string& v) {
+    if (last_event_key_ == "ph") ph_ = v, ++identity_;
+    if (last_event_key_ == "cat") cat_ = v, ++identity_;
+    if (last_event_key_ == "name") name_ = v, ++identity_;
+  }
+
   bool scalar(json v) {
+    if (skip_depth_ > 0) return true;
+    if (skip_next_) {
+      skip_next_ = false;
+      return true;
+    }
     if (building_) {
       builder_.value(std::move(v));
+      if (in_event() && identity_ == 3 && !dropped_) dropped_ = !wanted_event(ph_, cat_, name_);
     } else if (depth_ == 0) {
       error_ = "the top level is not a JSON object (a Chrome trace is {\"traceEvents\": [...]})";
       return false;
@@ -181,7 +231,16 @@ class TraceSax : public nlohmann::json_sax<json> {
   }
 
   bool start(json container) {
+    if (skip_depth_ > 0 || skip_next_) {
+      skip_next_ = false;
+      ++skip_depth_;
+      return true;
+    }
     if (building_) {
+      if (in_event()) {
+        ++event_depth_;
+        if (event_depth_ == 2) args_open_ = last_event_key_ == "args";
+      }
       builder_.start(std::move(container));
       return true;
     }
@@ -199,20 +258,34 @@ class TraceSax : public nlohmann::json_sax<json> {
     }
     building_ = true;
     builder_.reset();
+    if (in_events_) {
+      event_depth_ = 1;
+      args_open_ = dropped_ = false;
+      identity_ = 0;
+      last_event_key_.clear();
+    }
     builder_.start(std::move(container));
     return true;
   }
 
   bool end() {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
     if (!building_) {
       depth_ = 0;  // the top-level object closed
       return true;
     }
     builder_.end();
+    if (in_event()) {
+      --event_depth_;
+      if (event_depth_ == 1) args_open_ = false;
+    }
     if (!builder_.open()) {
       building_ = false;
       if (in_events_) {
-        if (builder_.root().is_object()) add_event(builder_.root());
+        if (builder_.root().is_object() && !dropped_) add_event(builder_.root());
       } else {
         trace_.metadata[top_key_] = std::move(builder_.root());
       }
@@ -236,11 +309,7 @@ class TraceSax : public nlohmann::json_sax<json> {
     ev.cat = e.value("cat", "");
     const std::string ph = e.value("ph", "");
     ev.ph = ph.empty() ? '?' : ph[0];
-    // Only what the importer reads: module ranges among the Python events (a with_stack
-    // trace has tens of thousands of other frames), the autograd fwd-bwd flows.
-    if (ev.ph == 'M') return;
-    if (ev.cat == "python_function" && ev.name.rfind("nn.Module: ", 0) != 0) return;
-    if ((ev.ph == 's' || ev.ph == 'f') && ev.cat != "fwdbwd") return;
+    if (!wanted_event(ph, ev.cat, ev.name)) return;  // keys in an unusual order
     if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
     if (const auto it = e.find("tid"); it != e.end()) ev.tid = thread_id(*it);
     if (const auto it = e.find("ts"); it != e.end()) ev.ts = number(*it);
@@ -270,6 +339,17 @@ class TraceSax : public nlohmann::json_sax<json> {
   bool building_ = false;
   bool in_events_ = false;
   int depth_ = 0;  // 0 outside, 1 in the top-level object, 2 in traceEvents
+  // Within the event being built: its open containers, whether the open one is "args",
+  // the last key of the event object, and what decides whether it is kept.
+  int event_depth_ = 0;
+  bool args_open_ = false;
+  std::string last_event_key_;
+  std::string ph_, cat_, name_;
+  int identity_ = 0;
+  bool dropped_ = false;
+  // Skipping a value unbuilt: the next value, or the containers open inside one.
+  bool skip_next_ = false;
+  int skip_depth_ = 0;
   std::string top_key_;
   std::string error_;
   std::map<std::string, int64_t> string_tids_;
