@@ -42,8 +42,9 @@ double end_of(const KinetoEvent& e) {
   return e.ts + e.dur;
 }
 
-// Intervals [begin, end) on one thread; finds the innermost (latest-starting) one around a
-// time. Nesting is allowed: a prefix maximum of the ends bounds the backward scan.
+// Closed intervals [begin, end] (a launch at a range's last microsecond is inside it);
+// finds the innermost (latest-starting) one around a time. Nesting is allowed: a prefix
+// maximum of the ends bounds the backward scan.
 class IntervalIndex {
  public:
   void add(double begin, double end, int64_t value) { items_.push_back({begin, end, value}); }
@@ -100,6 +101,15 @@ bool is_gpu_activity(const KinetoEvent& e) {
 bool is_runtime(const KinetoEvent& e) {
   return e.cat == "cuda_runtime" || e.cat == "cuda_driver" || e.cat == "Runtime" ||
          e.cat == "Driver";
+}
+
+bool is_kernel(const KinetoEvent& e) {
+  return e.cat == "kernel" || e.cat == "Kernel";
+}
+
+// Operators: "cpu_op" since PyTorch 1.10 or so, "Operator" before.
+bool is_cpu_op(const KinetoEvent& e) {
+  return e.cat == "cpu_op" || e.cat == "Operator";
 }
 
 bool is_communication_kernel(const KinetoEvent& e) {
@@ -193,11 +203,19 @@ class KinetoAnalysis {
   }
 
   ImportedTrace run() {
+    if (trace_.events_without_time > 0) {
+      warn(fmt::format("{} events without a time stamp ('ts') were left out",
+                       trace_.events_without_time));
+    }
     choose_step();
     index_cpu_events();
-    if (!find_fsdp_units()) find_module_ranges();
-    index_recompute();
+    const bool fsdp = find_fsdp_units();
+    if (!fsdp) find_module_ranges();
+    number_micro_batches();
     attribute_backward();
+    if (fsdp) find_recompute_in_backward_windows();
+    number_recompute_micro_batches();
+    index_recompute();
     build_events();
     import_gpu_activity();
     import_memory();
@@ -222,20 +240,32 @@ class KinetoAnalysis {
       warn("no ProfilerStep# ranges (profile with a schedule and prof.step()): the whole trace "
            "is taken as one step");
       step_ = {"whole trace", 1e300, -1e300, -1};
+      // The step's thread is the busiest one that is not autograd's (which runs the
+      // backward ops and, under checkpointing, re-runs forwards).
       std::map<int64_t, int64_t> ops_per_thread;
+      std::set<int64_t> autograd_threads;
       for (const KinetoEvent& e : events()) {
-        if (e.ph != 'X' || is_gpu_activity(e)) continue;
+        if (e.ph != 'X' || is_gpu_activity(e) || is_runtime(e)) continue;
         step_.begin = std::min(step_.begin, e.ts);
         step_.end = std::max(step_.end, end_of(e));
-        if (e.cat == "cpu_op" || e.cat == "python_function") ++ops_per_thread[e.tid];
+        if (is_cpu_op(e) || e.cat == "python_function") ++ops_per_thread[e.tid];
+        if (starts_with(e.name, "autograd::engine::evaluate_function:")) autograd_threads.insert(e.tid);
       }
-      if (step_.begin > step_.end) throw InputError(out_.file, "traceEvents", "has no events");
+      if (step_.begin > step_.end || ops_per_thread.empty()) {
+        throw InputError(out_.file, "traceEvents",
+                         "no CPU ops (profile with ProfilerActivity.CPU as well as CUDA): the "
+                         "step, the module order and the launches cannot be told");
+      }
       int64_t most = -1;
-      for (const auto& [tid, n] : ops_per_thread) {
-        if (n > most) {
-          most = n;
-          step_.tid = tid;
+      for (const bool skip_autograd : {true, false}) {
+        for (const auto& [tid, n] : ops_per_thread) {
+          if (skip_autograd && autograd_threads.count(tid) > 0) continue;
+          if (n > most) {
+            most = n;
+            step_.tid = tid;
+          }
         }
+        if (most >= 0) break;
       }
     } else if (options_.step.empty()) {
       step_ = steps.back();
@@ -265,7 +295,10 @@ class KinetoAnalysis {
         backward_ops_.add(e.tid, e.ts, end_of(e), id);
         backward_threads_.insert(e.tid);
       } else if (e.sequence >= 0 && e.tid == step_.tid) {
-        forward_op_by_sequence_.emplace(e.sequence, id);
+        // Nested ops (aten::linear around aten::addmm) can share a number; the innermost,
+        // latest-starting one made the autograd node.
+        auto [it, inserted] = forward_op_by_sequence_.emplace(e.sequence, id);
+        if (!inserted && events()[static_cast<std::size_t>(it->second)].ts <= e.ts) it->second = id;
       }
       if (starts_with(e.name, "Optimizer.step") || e.name == "## optimizer ##")
         optimizer_.add(e.tid, e.ts, end_of(e), id);
@@ -285,7 +318,7 @@ class KinetoAnalysis {
     std::map<std::pair<int64_t, double>, int64_t> op_at;  // (tid, ts) -> cpu op
     for (std::size_t i = 0; i < events().size(); ++i) {
       const KinetoEvent& e = events()[i];
-      if (e.ph == 'X' && e.cat == "cpu_op" && in_step(e.ts))
+      if (e.ph == 'X' && is_cpu_op(e) && in_step(e.ts))
         op_at.emplace(std::pair{e.tid, e.ts}, static_cast<int64_t>(i));
     }
     for (const auto& [id, ends] : flows) {
@@ -306,72 +339,163 @@ class KinetoAnalysis {
     return static_cast<int64_t>(it->second);
   }
 
-  // FSDP2's record_function ranges name each unit: its forward window runs from
-  // FSDP::pre_forward to the end of FSDP::post_forward, its backward from FSDP::pre_backward
-  // to the end of FSDP::post_backward.
+  // FSDP2's record_function ranges name each unit (torch/distributed/fsdp/_fully_shard/
+  // _fsdp_param_group.py, _with_fqn: "FSDP::pre_forward (layers.3)"; the root has no FQN).
+  // A forward window runs from FSDP::pre_forward to the end of FSDP::post_forward. A
+  // backward window opens at FSDP::pre_backward and closes at the last post-backward
+  // range of the unit before its next pre_backward: FSDP2 records
+  // post_backward_accumulate, post_backward_reshard and post_backward_reduce (the last
+  // is absent without gradient sync); "FSDP::post_backward" itself is only a debug log.
   bool find_fsdp_units() {
-    struct Open {
-      double begin;
+    struct Range {
+      std::string what, fqn;
+      double begin, end;
       int64_t tid;
     };
-    std::map<std::pair<std::string, std::string>, std::vector<Open>> open;  // (kind, unit)
-    bool any = false;
-    std::map<int64_t, int64_t> calls;  // forward calls per unit
-    std::map<int64_t, int64_t> backward_calls;
-    std::map<int64_t, int64_t> recompute_calls;
-    std::vector<const KinetoEvent*> ranges;
+    std::vector<Range> ranges;
     for (const KinetoEvent& e : events()) {
-      if (e.ph == 'X' && in_step(e.ts) && starts_with(e.name, "FSDP::")) ranges.push_back(&e);
+      if (e.ph != 'X' || !in_step(e.ts) || !starts_with(e.name, "FSDP::")) continue;
+      if (auto r = fsdp_range(e.name)) ranges.push_back({r->first, r->second, e.ts, end_of(e), e.tid});
     }
     std::stable_sort(ranges.begin(), ranges.end(),
-                     [](const KinetoEvent* a, const KinetoEvent* b) { return a->ts < b->ts; });
-    bool any_fqn = false;
-    for (const KinetoEvent* r : ranges) {
-      const KinetoEvent& e = *r;
-      const auto range = fsdp_range(e.name);
-      if (!range) continue;
-      const auto& [what, fqn] = *range;
-      if (what == "pre_forward" || what == "pre_backward") {
-        any = true;
-        any_fqn = any_fqn || !fqn.empty();
-        // Units are numbered in forward order, the root (no FQN in FSDP2) first.
-        if (what == "pre_forward" && e.tid == step_.tid) module_index(fqn);
-        open[{what, fqn}].push_back({e.ts, e.tid});
-      } else if (what == "post_forward" || what == "post_backward" ||
-                 what == "post_backward_reduce") {
-        // post_backward_reduce sits inside post_backward, which closes the window first;
-        // alone (a trace that kept only it), it closes the window itself.
-        const std::string pre = what == "post_forward" ? "pre_forward" : "pre_backward";
-        auto& stack = open[{pre, fqn}];
-        if (stack.empty()) continue;
-        const Open o = stack.front();
-        stack.erase(stack.begin());
-        const int64_t m = module_index(fqn);
-        if (what == "post_forward") {
-          if (o.tid == step_.tid) {
-            forward_calls_.push_back({m, calls[m]++, o.begin, end_of(e)});
-          } else {
-            recompute_calls_.push_back({m, recompute_calls[m]++, o.begin, end_of(e)});
-            recompute_thread_.push_back(o.tid);
-          }
-        } else {
-          fsdp_backward_.push_back({m, backward_calls[m]++, o.begin, end_of(e)});
-        }
-      } else if (what == "root_post_backward_callback" || what == "root_post_backward") {
-        final_callbacks_.push_back(e.ts);
-      }
-    }
+                     [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    const bool any = std::any_of(ranges.begin(), ranges.end(), [](const Range& r) {
+      return r.what == "pre_forward" || r.what == "pre_backward";
+    });
     if (!any) return false;
     out_.module_source = "FSDP2 record_function ranges (FSDP::pre_forward/post_forward, "
-                         "FSDP::pre_backward/post_backward)";
+                         "FSDP::pre_backward/post_backward_*)";
+    bool any_fqn = false;
+    std::map<std::string, std::vector<Range>> open_forward;  // per unit, first in first out
+    std::map<std::string, std::vector<Range>> pre_backward, post_backward;
+    for (const Range& r : ranges) {
+      if (r.what == "pre_forward") {
+        any_fqn = any_fqn || !r.fqn.empty();
+        // Units are numbered in forward order, the root (no FQN in FSDP2) first.
+        if (r.tid == step_.tid) module_index(r.fqn);
+        open_forward[r.fqn].push_back(r);
+      } else if (r.what == "post_forward") {
+        auto& pending = open_forward[r.fqn];
+        if (pending.empty()) continue;
+        const Range pre = pending.front();
+        pending.erase(pending.begin());
+        const int64_t m = module_index(r.fqn);
+        if (pre.tid == step_.tid) {
+          forward_calls_.push_back({m, 0, pre.begin, r.end});
+        } else {  // a unit's forward re-run inside backward: activation checkpointing
+          recompute_calls_.push_back({m, 0, pre.begin, r.end});
+          recompute_thread_.push_back(pre.tid);
+        }
+      } else if (r.what == "pre_backward") {
+        pre_backward[r.fqn].push_back(r);
+      } else if (starts_with(r.what, "post_backward")) {
+        post_backward[r.fqn].push_back(r);
+      } else if (r.what == "root_post_backward_callback" || r.what == "root_post_backward") {
+        final_callbacks_.push_back(r.begin);
+      }
+    }
+    int64_t unclosed = 0;
+    for (const auto& [fqn, opens] : pre_backward) {
+      const int64_t m = module_index(fqn);
+      const std::vector<Range>& closers = post_backward[fqn];
+      for (std::size_t i = 0; i < opens.size(); ++i) {
+        const double next = i + 1 < opens.size() ? opens[i + 1].begin : 1e300;
+        double end = -1;
+        for (const Range& c : closers)
+          if (c.begin >= opens[i].begin && c.begin < next) end = std::max(end, c.end);
+        if (end < 0) {
+          ++unclosed;
+          end = opens[i].end;
+        }
+        fsdp_backward_.push_back({m, 0, opens[i].begin, end});
+      }
+    }
+    if (unclosed > 0) {
+      warn(fmt::format("{} FSDP::pre_backward range(s) have no post-backward range after them: "
+                       "their backward windows end with pre_backward",
+                       unclosed));
+    }
+    // Micro-batches: each backward pass opens with the root unit's pre_backward (its hook
+    // sits on the model's outputs); forward passes are numbered in number_micro_batches.
+    std::sort(fsdp_backward_.begin(), fsdp_backward_.end(),
+              [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
+    int64_t pass = -1;
+    for (ModuleCall& c : fsdp_backward_) {
+      if (c.module == 0) ++pass;
+      c.micro_batch = std::max<int64_t>(pass, 0);
+    }
     if (!any_fqn && forward_calls_.size() > 1) {
       warn("FSDP ranges carry no module names (older PyTorch writes bare 'FSDP::pre_forward'): "
            "every unit reads as the root unit \"\"");
     }
+    return true;
+  }
+
+  // Module ranges on the autograd thread inside a unit's backward window are that unit's
+  // forward re-run (activation checkpointing around an FSDP unit runs no FSDP hooks).
+  void find_recompute_in_backward_windows() {
+    if (!recompute_calls_.empty()) return;
+    std::map<int64_t, std::vector<RangeNode>> by_thread;
+    for (const KinetoEvent& e : events()) {
+      if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts) && e.tid != step_.tid)
+        by_thread[e.tid].push_back({e.name.substr(11), e.ts, end_of(e), {}});
+    }
+    for (auto& [tid, nodes] : by_thread) {
+      for (std::size_t i : nest(nodes)) {
+        const auto call = backward_index_.innermost(nodes[i].begin);
+        if (!call) continue;
+        const int64_t m = backward_calls_[static_cast<std::size_t>(*call)].module;
+        recompute_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
+        recompute_thread_.push_back(tid);
+      }
+    }
+  }
+
+  // Forward calls in time order, numbered by micro-batch: a pass starts with each call of
+  // the first traced module (the root unit under FSDP2, the first module otherwise), so a
+  // module called twice in one pass (a shared layer) stays in its pass.
+  void number_micro_batches() {
+    std::sort(forward_calls_.begin(), forward_calls_.end(),
+              [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
+    int64_t pass = -1;
+    for (ModuleCall& c : forward_calls_) {
+      if (c.module == 0) ++pass;
+      c.micro_batch = std::max<int64_t>(pass, 0);
+    }
     for (std::size_t c = 0; c < forward_calls_.size(); ++c)
       forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
     forward_index_.finish();
-    return true;
+  }
+
+  // A recompute belongs to the micro-batch whose backward of that module holds it, else to
+  // that of the last backward window that opened before it. Ranges of one module in one
+  // micro-batch on one thread are one checkpointed region re-run (its sibling modules).
+  void number_recompute_micro_batches() {
+    for (ModuleCall& r : recompute_calls_) {
+      const ModuleCall* best = nullptr;
+      for (const ModuleCall& b : backward_calls_) {
+        if (b.module == r.module && b.begin <= r.begin && r.begin <= b.end) {
+          best = &b;
+          break;
+        }
+        if (b.begin <= r.begin && (best == nullptr || b.begin > best->begin)) best = &b;
+      }
+      r.micro_batch = best != nullptr ? best->micro_batch : 0;
+    }
+    std::vector<ModuleCall> merged;
+    std::vector<int64_t> threads;
+    for (std::size_t i = 0; i < recompute_calls_.size(); ++i) {
+      const ModuleCall& r = recompute_calls_[i];
+      if (!merged.empty() && merged.back().module == r.module &&
+          merged.back().micro_batch == r.micro_batch && threads.back() == recompute_thread_[i]) {
+        merged.back().end = std::max(merged.back().end, r.end);
+        continue;
+      }
+      merged.push_back(r);
+      threads.push_back(recompute_thread_[i]);
+    }
+    recompute_calls_ = std::move(merged);
+    recompute_thread_ = std::move(threads);
   }
 
   // nn.Module ranges (profiles taken with with_stack=True) on the step's thread.
@@ -398,7 +522,6 @@ class KinetoAnalysis {
       }
     }
     find_recompute();
-    forward_index_.finish();
   }
 
   // Nests ranges by containment; returns the top-level ones in time order.
@@ -439,14 +562,11 @@ class KinetoAnalysis {
     while (one_name(level)) level = descend(level, true);
     for (int64_t d = 0; d < options_.depth; ++d) level = descend(level, false);
 
-    std::map<int64_t, int64_t> calls;
     for (std::size_t i : level) {
       const int64_t m = module_index(nodes[i].name);
-      forward_calls_.push_back({m, calls[m]++, nodes[i].begin, nodes[i].end});
+      forward_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
       mark_subtree(nodes, i, m);
     }
-    for (std::size_t c = 0; c < forward_calls_.size(); ++c)
-      forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
   }
 
   void mark_subtree(const std::vector<RangeNode>& nodes, std::size_t i, int64_t module) {
@@ -458,7 +578,6 @@ class KinetoAnalysis {
   // (activation checkpointing); the outermost range that names a traced module's subtree
   // is that module's recompute.
   void find_recompute() {
-    std::map<int64_t, int64_t> calls;
     for (const auto& [tid, roots] : thread_roots_) {
       const std::vector<RangeNode>& nodes = thread_nodes_[tid];
       std::vector<std::size_t> todo(roots.rbegin(), roots.rend());
@@ -471,12 +590,7 @@ class KinetoAnalysis {
           continue;
         }
         const int64_t m = it->second;
-        if (!recompute_calls_.empty() && recompute_calls_.back().module == m &&
-            recompute_thread_.back() == tid && nodes[i].begin <= recompute_calls_.back().end + 1) {
-          recompute_calls_.back().end = std::max(recompute_calls_.back().end, nodes[i].end);
-          continue;  // siblings of one checkpointed region
-        }
-        recompute_calls_.push_back({m, calls[m]++, nodes[i].begin, nodes[i].end});
+        recompute_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
         recompute_thread_.push_back(tid);
       }
     }
@@ -648,12 +762,20 @@ class KinetoAnalysis {
     tl.source = "profiled";
     tl.model = "";
     tl.allocator = "caching";
-    if (trace_.metadata.contains("distributedInfo")) {
-      tl.num_gpus = trace_.metadata["distributedInfo"].value("world_size", 0);
+    // One GPU unless the trace says how many ranks ran (distributedInfo.world_size).
+    tl.num_gpus = 1;
+    if (const auto info = trace_.metadata.find("distributedInfo");
+        info != trace_.metadata.end() && info->is_object()) {
+      if (const auto w = info->find("world_size");
+          w != info->end() && w->is_number_integer() && w->get<int64_t>() > 0)
+        tl.num_gpus = w->get<int64_t>();
     }
-    if (const auto& props = trace_.metadata.value("deviceProperties", nlohmann::json::array());
-        props.is_array() && !props.empty() && props[0].is_object()) {
-      tl.cluster = props[0].value("name", "");
+    if (const auto props = trace_.metadata.find("deviceProperties");
+        props != trace_.metadata.end() && props->is_array() && !props->empty() &&
+        props->front().is_object()) {
+      if (const auto name = props->front().find("name");
+          name != props->front().end() && name->is_string())
+        tl.cluster = name->get<std::string>();
     }
     out_.module_times.assign(out_.trace.modules.size(), ModuleTime{});
 
@@ -692,14 +814,18 @@ class KinetoAnalysis {
     // maximum over launch order), so a module boundary or an allocation lands where the
     // stream reaches it, as PyTorch's stream-ordered caching allocator sees it.
     for (const Activity& a : activity) {
-      if (a.launch_tid != kNoThread) host_to_gpu_.emplace_back(a.launch_ts, a.event->ts);
+      // Compute only: a queued collective starts when its peers are ready, not when the
+      // stream the program waits on gets there.
+      if (a.launch_tid != kNoThread && !is_communication_kernel(*a.event))
+        host_to_gpu_.emplace_back(a.launch_ts, a.event->ts);
     }
     std::sort(host_to_gpu_.begin(), host_to_gpu_.end());
     for (std::size_t i = 1; i < host_to_gpu_.size(); ++i)
       host_to_gpu_[i].second = std::max(host_to_gpu_[i].second, host_to_gpu_[i - 1].second);
     double last = origin_;
-    int64_t unsized = 0;
+    int64_t unsized = 0, unknown_dtype = 0;
     std::map<std::string, int64_t> unknown_kinds;
+    double backward_seconds = 0, backward_unattributed = 0;
     for (const Activity& a : activity) {
       const KinetoEvent& e = *a.event;
       last = std::max(last, end_of(e));
@@ -710,13 +836,17 @@ class KinetoAnalysis {
       TimelineOp op{.op = static_cast<int64_t>(tl.ops.size()),
                     .start = (e.ts - origin_) * 1e-6,
                     .end = (end_of(e) - origin_) * 1e-6};
-      if (e.cat == "kernel" && is_communication_kernel(e)) {
+      if (is_kernel(e) && is_communication_kernel(e)) {
         ImportedCollective c = collective_of(e, a.launch_tid, a.launch_ts);
         c.start_seconds = op.start;
         c.duration_seconds = op.end - op.start;
         c.module = module_name;
         c.phase = phase;
-        if (c.in_elements < 0 && c.out_elements < 0) ++unsized;
+        if (c.in_elements < 0 && c.out_elements < 0) {
+          ++unsized;
+        } else if (dtype_size(c.dtype) == 0) {
+          ++unknown_dtype;
+        }
         if (c.kind == "unknown") ++unknown_kinds[short_kernel_name(e.name)];
         const int64_t elements = std::max(c.in_elements, c.out_elements);
         op.bytes = elements > 0 ? static_cast<double>(elements * dtype_size(c.dtype)) : 0;
@@ -729,6 +859,10 @@ class KinetoAnalysis {
         op.stream = "compute";
         op.name = module_name.empty() ? short_kernel_name(e.name)
                                       : fmt::format("{}: {}", module_name, short_kernel_name(e.name));
+        if (phase == "backward") {
+          backward_seconds += op.end - op.start;
+          if (module < 0) backward_unattributed += op.end - op.start;
+        }
         if (module >= 0) {
           ModuleTime& mt = out_.module_times[static_cast<std::size_t>(module)];
           const double d = op.end - op.start;
@@ -746,6 +880,17 @@ class KinetoAnalysis {
                        "bytes are unknown, not guessed",
                        unsized, out_.collectives.size()));
     }
+    if (unknown_dtype > 0) {
+      warn(fmt::format("{} collectives have sizes but a dtype this importer does not know: "
+                       "their bytes are left 0",
+                       unknown_dtype));
+    }
+    if (backward_unattributed > 0.05 * backward_seconds && backward_seconds > 0) {
+      warn(fmt::format("{:.1f} % of the backward GPU time belongs to no traced module "
+                       "(gradient accumulation into .grad, DDP bucket copies, the loss, or ops "
+                       "under a reentrant checkpoint)",
+                       100.0 * backward_unattributed / backward_seconds));
+    }
     for (const auto& [kernel, n] : unknown_kinds)
       warn(fmt::format("{} collective kernels '{}' of unknown kind", n, kernel));
     tl.summary.step_seconds = (last - origin_) * 1e-6;
@@ -755,12 +900,16 @@ class KinetoAnalysis {
 
   void import_memory() {
     Timeline& tl = out_.timeline;
-    int64_t cpu_only = 0;
+    int64_t cpu_only = 0, without_totals = 0;
     std::vector<const KinetoEvent*> samples;  // files need not be in time order
     for (const KinetoEvent& e : events()) {
       if (e.name != "[memory]" || !in_step(e.ts)) continue;
       if (e.device_type != 1) {
         ++cpu_only;
+        continue;
+      }
+      if (e.total_allocated < 0 || e.total_reserved < 0) {
+        ++without_totals;
         continue;
       }
       samples.push_back(&e);
@@ -773,7 +922,12 @@ class KinetoAnalysis {
       tl.summary.peak_allocated_bytes = std::max(tl.summary.peak_allocated_bytes, e.total_allocated);
       tl.summary.peak_reserved_bytes = std::max(tl.summary.peak_reserved_bytes, e.total_reserved);
     }
-    if (tl.memory.empty()) {
+    if (without_totals > 0) {
+      warn(fmt::format("{} CUDA [memory] events carry no 'Total Allocated'/'Total Reserved' "
+                       "(older PyTorch): left out of the memory curve",
+                       without_totals));
+    }
+    if (tl.memory.empty() && without_totals == 0) {
       warn(cpu_only > 0 ? fmt::format("{} [memory] events, all for CPU memory: no GPU memory curve", cpu_only)
                         : std::string("no [memory] events (profile with profile_memory=True): no "
                                       "measured memory curve"));

@@ -50,7 +50,7 @@ class GzStreamBuf : public std::streambuf {
 
  private:
   gzFile file_ = nullptr;
-  std::array<char, 1 << 20> buffer_{};
+  std::vector<char> buffer_ = std::vector<char>(1 << 20);  // on the heap: callers keep us on the stack
   std::string error_;
 };
 
@@ -312,7 +312,12 @@ class TraceSax : public nlohmann::json_sax<json> {
     if (!wanted_event(ph, ev.cat, ev.name)) return;  // keys in an unusual order
     if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
     if (const auto it = e.find("tid"); it != e.end()) ev.tid = thread_id(*it);
-    if (const auto it = e.find("ts"); it != e.end()) ev.ts = number(*it);
+    if (const auto it = e.find("ts"); it != e.end() && (it->is_number() || it->is_string())) {
+      ev.ts = number(*it);
+    } else if (ev.ph == 'X' || ev.ph == 'i') {
+      ++trace_.events_without_time;
+      return;
+    }
     if (const auto it = e.find("dur"); it != e.end()) ev.dur = number(*it);
     if (const auto it = e.find("id"); it != e.end()) ev.flow_id = integer(*it);
     if (const auto it = e.find("args"); it != e.end() && it->is_object()) {

@@ -19,7 +19,7 @@ struct KinetoEvent {
   double dur = 0;      // microseconds
   int64_t correlation = -1;  // links a kernel to the runtime call that launched it
   int64_t sequence = -1;     // autograd "Sequence number": forward op <-> backward op
-  int64_t flow_id = -1;      // fwdbwd / ac2g flows
+  int64_t flow_id = -1;      // fwdbwd flows (the reader keeps no other flows)
   int64_t stream = -1;       // GPU stream (args.stream)
   // Collective metadata (record_param_comms and NCCL kernel args).
   std::string collective;  // "Collective name": allreduce, _allgather_base, ...
@@ -38,6 +38,7 @@ struct KinetoTrace {
   nlohmann::json metadata = nlohmann::json::object();  // every top-level key but traceEvents
   std::vector<KinetoEvent> events;                     // in file order
   bool has_trace_events = false;                       // a "traceEvents" array was present
+  int64_t events_without_time = 0;  // complete or instant events with no "ts": dropped
 };
 
 // Reads a Kineto Chrome-trace JSON file, gzipped or not (zlib reads both), streaming: one

@@ -27,7 +27,7 @@ struct ImportedCollective {
   double start_seconds = 0;  // from the step's first GPU activity
   double duration_seconds = 0;
   std::string module;  // traced module whose forward/backward launched it; "" if none
-  std::string phase;   // forward, backward, recompute, optimizer, other
+  std::string phase;   // forward, backward, recompute, optimizer_step, other
 };
 
 // GPU time spent for a traced module (kernels, copies and sets launched on its behalf).

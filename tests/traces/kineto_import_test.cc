@@ -1,5 +1,6 @@
 // Importing profiler traces: every file in ../shared/traces-real (facts from its SOURCE.md)
 // and a hand-written FSDP2 step whose numbers are worked out below.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -188,7 +189,8 @@ TEST(KinetoImport, DhenMemoryCurveAndUnsizedCollectives) {
     EXPECT_GE(t.timeline.memory[i].time, t.timeline.memory[i - 1].time);
 }
 
-// The hand-written FSDP2 step (tests/data/fsdp2_two_layers_trace.json, times in µs):
+// The hand-made FSDP2 step (tests/data/fsdp2_two_layers_trace.json from
+// make_fsdp2_traces.py; times in µs):
 //   compute stream 7: fwd 1060-1100 (layers.0) 1100-1140 (layers.1) 1140-1150 (root)
 //                     bwd 1150-1170 (root) 1190-1270 (layers.1) 1270-1350 (layers.0),
 //                     optimizer 1400-1420
@@ -236,14 +238,44 @@ TEST(KinetoImport, Fsdp2UnitsStepAndExposedCommunication) {
                           "final_callback -", "optimizer_step -"));
   // The earlier step's kernel is left out: 15 GPU activities in step 3.
   EXPECT_EQ(t.timeline.ops.size(), 15u);
-  // Memory: allocations at host times 1025, 1065, 1300 land where the GPU reaches the
-  // work launched by then (GPU starts 1030, 1070, 1350): 20, 60, 340 µs.
+  // Memory: allocations at host times 1025, 1065, 1300 land where the compute stream
+  // reaches the compute work launched by then: nothing yet (0), the GEMM launched at 1040
+  // (starts 1060: 50 µs), the GEMM launched at 1270 (starts 1270: 260 µs).
   ASSERT_EQ(t.timeline.memory.size(), 3u);
-  EXPECT_NEAR(t.timeline.memory[0].time, 20e-6, 1e-12);
-  EXPECT_NEAR(t.timeline.memory[1].time, 60e-6, 1e-12);
-  EXPECT_NEAR(t.timeline.memory[2].time, 340e-6, 1e-12);
+  EXPECT_NEAR(t.timeline.memory[0].time, 0.0, 1e-12);
+  EXPECT_NEAR(t.timeline.memory[1].time, 50e-6, 1e-12);
+  EXPECT_NEAR(t.timeline.memory[2].time, 260e-6, 1e-12);
   EXPECT_EQ(s.peak_allocated_bytes, 3000);
   EXPECT_EQ(s.peak_reserved_bytes, 4096);
+}
+
+// Two micro-batches; the first runs without gradient sync, so its backward has no
+// post_backward_reduce and its windows close at post_backward_accumulate/reshard.
+TEST(KinetoImport, Fsdp2GradientAccumulation) {
+  const ImportedTrace t =
+      import(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_grad_accum_trace.json");
+  EXPECT_EQ(t.trace.grad_accum, 2);
+  EXPECT_THAT(t.trace.modules, ElementsAre("", "layers.0"));
+  std::vector<std::string> order;
+  for (const StepEvent& e : t.trace.events) {
+    order.push_back(fmt::format("{} {} {}", step_event_kind_name(e.kind), e.micro_batch,
+                                e.module >= 0 ? t.trace.modules[static_cast<std::size_t>(e.module)] : "-"));
+  }
+  const std::vector<std::string> pass = {"pre_forward {} ",         "pre_forward {} layers.0",
+                                         "post_forward {} layers.0", "post_forward {} ",
+                                         "pre_backward {} ",        "pre_backward {} layers.0",
+                                         "post_backward {} layers.0", "post_backward {} ",
+                                         "final_callback {} -"};
+  std::vector<std::string> expected;
+  for (int mb : {0, 1})
+    for (const std::string& p : pass) expected.push_back(fmt::format(fmt::runtime(p), mb));
+  EXPECT_EQ(order, expected);
+  // Each backward GEMM (40 µs) in its micro-batch's layer window; one reduce-scatter, in
+  // the second micro-batch.
+  EXPECT_NEAR(t.module_times[1].backward_seconds, 80e-6, 1e-12);
+  ASSERT_EQ(t.collectives.size(), 1u);
+  EXPECT_EQ(t.collectives[0].module, "layers.0");
+  EXPECT_TRUE(t.warnings.empty() || !has_warning(t, "pre_backward range(s) have no"));
 }
 
 TEST(KinetoImport, StreamsFollowTheCollectiveKind) {
