@@ -187,6 +187,18 @@ struct ModuleCall {
   double begin = 0, end = 0;
 };
 
+// Sorts calls by time and numbers their micro-batches: a pass begins with each call of
+// module 0, the first traced module.
+void number_passes(std::vector<ModuleCall>& calls) {
+  std::sort(calls.begin(), calls.end(),
+            [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
+  int64_t pass = -1;
+  for (ModuleCall& c : calls) {
+    if (c.module == 0) ++pass;
+    c.micro_batch = std::max<int64_t>(pass, 0);
+  }
+}
+
 // A module range on one thread, with the ranges nested in it.
 struct RangeNode {
   std::string name;
@@ -415,15 +427,9 @@ class KinetoAnalysis {
                        "their backward windows end with pre_backward",
                        unclosed));
     }
-    // Micro-batches: each backward pass opens with the root unit's pre_backward (its hook
-    // sits on the model's outputs); forward passes are numbered in number_micro_batches.
-    std::sort(fsdp_backward_.begin(), fsdp_backward_.end(),
-              [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
-    int64_t pass = -1;
-    for (ModuleCall& c : fsdp_backward_) {
-      if (c.module == 0) ++pass;
-      c.micro_batch = std::max<int64_t>(pass, 0);
-    }
+    // Each backward pass opens with the root unit's pre_backward (its hook sits on the
+    // model's outputs).
+    number_passes(fsdp_backward_);
     if (!any_fqn && forward_calls_.size() > 1) {
       warn("FSDP ranges carry no module names (older PyTorch writes bare 'FSDP::pre_forward'): "
            "every unit reads as the root unit \"\"");
@@ -455,13 +461,7 @@ class KinetoAnalysis {
   // the first traced module (the root unit under FSDP2, the first module otherwise), so a
   // module called twice in one pass (a shared layer) stays in its pass.
   void number_micro_batches() {
-    std::sort(forward_calls_.begin(), forward_calls_.end(),
-              [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
-    int64_t pass = -1;
-    for (ModuleCall& c : forward_calls_) {
-      if (c.module == 0) ++pass;
-      c.micro_batch = std::max<int64_t>(pass, 0);
-    }
+    number_passes(forward_calls_);
     for (std::size_t c = 0; c < forward_calls_.size(); ++c)
       forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
     forward_index_.finish();
