@@ -143,8 +143,8 @@ int64_t dtype_size(std::string_view dtype) {
   return 0;
 }
 
-std::string short_kernel_name(const std::string& name) {
-  std::string n = starts_with(name, "void ") ? name.substr(5) : name;
+std::string short_kernel_name(std::string_view name) {
+  std::string n(starts_with(name, "void ") ? name.substr(5) : name);
   const std::size_t cut = n.find_first_of("(<");
   if (cut != std::string::npos && cut > 0) n = n.substr(0, cut);
   if (n.size() > 80) n = n.substr(0, 80);
@@ -243,7 +243,7 @@ class KinetoAnalysis {
     std::vector<Step> steps;
     for (const KinetoEvent& e : events()) {
       if (e.ph == 'X' && e.cat != "gpu_user_annotation" && starts_with(e.name, "ProfilerStep#"))
-        steps.push_back({e.name, e.ts, end_of(e), e.tid});
+        steps.push_back({std::string(e.name), e.ts, end_of(e), e.tid});
     }
     std::sort(steps.begin(), steps.end(),
               [](const Step& a, const Step& b) { return a.begin < b.begin; });
@@ -444,7 +444,7 @@ class KinetoAnalysis {
     std::map<int64_t, std::vector<RangeNode>> by_thread;
     for (const KinetoEvent& e : events()) {
       if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts) && e.tid != step_.tid)
-        by_thread[e.tid].push_back({e.name.substr(11), e.ts, end_of(e), {}});
+        by_thread[e.tid].push_back({std::string(e.name.substr(11)), e.ts, end_of(e), {}});
     }
     for (auto& [tid, nodes] : by_thread) {
       for (std::size_t i : nest(nodes)) {
@@ -503,7 +503,7 @@ class KinetoAnalysis {
     std::map<int64_t, std::vector<RangeNode>> by_thread;
     for (const KinetoEvent& e : events()) {
       if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts))
-        by_thread[e.tid].push_back({e.name.substr(11), e.ts, end_of(e), {}});
+        by_thread[e.tid].push_back({std::string(e.name.substr(11)), e.ts, end_of(e), {}});
     }
     if (by_thread.empty()) {
       warn("no module ranges (nn.Module ranges need the profiler's with_stack=True; FSDP2 "
@@ -743,7 +743,7 @@ class KinetoAnalysis {
       c.in_elements = meta->in_elements;
       c.out_elements = meta->out_elements;
       c.group_size = meta->group_size;
-      c.dtype = meta->dtype;
+      c.dtype = std::string(meta->dtype);
     }
     if (c.kind.empty()) c.kind = collective_kind(kernel.name);
     if (c.kind.empty()) c.kind = "unknown";

@@ -114,9 +114,14 @@ int64_t int_arg(const json& args, const char* key) {
   return it == args.end() ? -1 : integer(*it);
 }
 
-std::string string_arg(const json& args, const char* key) {
+std::string_view string_arg(const json& args, const char* key) {
   const auto it = args.find(key);
-  return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
+  return it != args.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>())
+                                             : std::string_view();
+}
+
+std::string_view string_field(const json& event, const char* key) {
+  return string_arg(event, key);
 }
 
 // Whether the importer reads an event of this phase, category and name: module ranges
@@ -305,9 +310,9 @@ class TraceSax : public nlohmann::json_sax<json> {
 
   void add_event(const json& e) {
     KinetoEvent ev;
-    ev.name = e.value("name", "");
-    ev.cat = e.value("cat", "");
-    const std::string ph = e.value("ph", "");
+    ev.name = trace_.intern(string_field(e, "name"));
+    ev.cat = trace_.intern(string_field(e, "cat"));
+    const std::string_view ph = string_field(e, "ph");
     ev.ph = ph.empty() ? '?' : ph[0];
     if (!wanted_event(ph, ev.cat, ev.name)) return;  // keys in an unusual order
     if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
@@ -325,11 +330,11 @@ class TraceSax : public nlohmann::json_sax<json> {
       ev.correlation = int_arg(a, "correlation");
       ev.sequence = int_arg(a, "Sequence number");
       ev.stream = int_arg(a, "stream");
-      ev.collective = string_arg(a, "Collective name");
+      ev.collective = trace_.intern(string_arg(a, "Collective name"));
       ev.in_elements = int_arg(a, "In msg nelems");
       ev.out_elements = int_arg(a, "Out msg nelems");
       ev.group_size = int_arg(a, "Group size");
-      ev.dtype = string_arg(a, "dtype");
+      ev.dtype = trace_.intern(string_arg(a, "dtype"));
       ev.device_type = int_arg(a, "Device Type");
       // Negative for a free, so not through int_arg's -1 for "absent".
       if (const auto b = a.find("Bytes"); b != a.end()) ev.bytes = static_cast<int64_t>(number(*b));
@@ -361,6 +366,13 @@ class TraceSax : public nlohmann::json_sax<json> {
 };
 
 }  // namespace
+
+std::string_view KinetoTrace::intern(std::string_view text) {
+  if (text.empty()) return {};
+  auto it = strings.find(text);
+  if (it == strings.end()) it = strings.emplace(text).first;
+  return *it;
+}
 
 KinetoTrace read_kineto_trace(const std::string& path) {
   auto buf = std::make_unique<GzStreamBuf>(path);
