@@ -1,5 +1,6 @@
-"""Tests of traces/capture/shardplan_capture.py: capture real PyTorch models and check the
-files against PyTorch itself and against the shardplan binary that reads them.
+"""Tests of the capture tool (traces/capture/shardplan-capture, which runs the
+shardplan_capture package beside it): capture real PyTorch models and check the files
+against PyTorch itself and against the shardplan binary that reads them.
 
 Run from the repository root with a Python that has torch:
 
@@ -22,7 +23,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-TOOL = os.path.join(ROOT, "traces", "capture", "shardplan_capture.py")
+TOOL = os.path.join(ROOT, "traces", "capture", "shardplan-capture")  # the launcher
 SHARDPLAN = os.environ.get("SHARDPLAN", os.path.join(ROOT, "build", "cli", "shardplan"))
 
 try:
@@ -395,7 +396,7 @@ class CaptureTest(unittest.TestCase):
                 self.assertEqual([f for f in os.listdir(self.dir) if f.endswith(".tmp")], [])
 
     def test_runs_as_module(self):
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(TOOL))
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(TOOL))  # the package's parent
         result = run([sys.executable, "-m", "shardplan_capture", "--file",
                       self.path("llama_model.py"), "--input", "bogus:2x8",
                       "-o", self.path("m.json")], env=env, cwd=self.dir)

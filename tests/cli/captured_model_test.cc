@@ -1,5 +1,5 @@
 // A model captured from PyTorch (tests/data/captured_llama_small.json, written by
-//   python3 traces/capture/shardplan_capture.py --file llama_small.py
+//   python3 traces/capture/shardplan-capture --file llama_small.py
 //       --input int64:2x100:1000 --name llama-small-captured
 // from the Llama-style decoder of tests/capture/test_capture.py with vocab 1000, hidden
 // 128, 4 layers, 4 heads, 2 KV heads, FFN 352; lm_head and norm registered before the
