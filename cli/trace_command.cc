@@ -85,13 +85,13 @@ int run_trace_import(const TraceImportParams& p, std::ostream& out) {
   const ImportOptions options{.step = p.step, .depth = p.depth};
   const ImportedTrace imported = make_trace_importer(p.format, p.input)->import(p.input, options);
   // Both files are ready before either is written.
-  const std::string step_text = imported_trace_to_json(imported).dump(1) + "\n";
+  const nlohmann::json step = imported_trace_to_json(imported);
+  const std::string step_text = step.dump(1) + "\n";
   const std::string timeline_text = timeline_to_json(imported.timeline).dump(1) + "\n";
   if (!p.output.empty()) write_file_atomically(p.output, step_text);
   if (!p.timeline.empty()) write_file_atomically(p.timeline, timeline_text);
   if (p.json) {
-    nlohmann::json j = imported_trace_to_json(imported);
-    out << j.dump(2) << "\n";
+    out << step.dump(2) << "\n";
   } else {
     print_summary(imported, out);
   }

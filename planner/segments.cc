@@ -1,5 +1,6 @@
 #include "planner/segments.h"
 
+#include <optional>
 #include <unordered_map>
 
 namespace shardplan {
@@ -54,14 +55,15 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model,
 std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
                                         const BatchShape& shape, Recompute recompute) {
   std::vector<PlanSegment> segments;
-  for (const TracedModule& traced_module : traced) {
-    // The root's own work: a childless copy, so the subtree sums below count only it.
-    const Module own = traced_module.own_only ? Module{.name = traced_module.module->name,
-                                                       .type = traced_module.module->type,
-                                                       .parameters = traced_module.module->parameters,
-                                                       .cost = traced_module.module->cost}
-                                              : Module{};
-    const TracedModule t{traced_module.own_only ? &own : traced_module.module, traced_module.unit};
+  std::optional<Module> own;  // the root's own work: a childless copy, so subtree sums count only it
+  for (TracedModule t : traced) {
+    if (t.own_only) {
+      own = Module{.name = t.module->name,
+                   .type = t.module->type,
+                   .parameters = t.module->parameters,
+                   .cost = t.module->cost};
+      t.module = &*own;
+    }
     const bool root = t.unit == 0;
     if (segments.empty() || !root || segments.back().unit != 0) {
       segments.push_back(PlanSegment{

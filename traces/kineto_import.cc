@@ -28,6 +28,9 @@
 namespace shardplan {
 namespace {
 
+// The autograd engine's range around each backward node it runs.
+constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_function:";
+
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
@@ -79,18 +82,21 @@ class IntervalIndex {
 };
 
 // Per-thread interval indexes.
-struct ThreadIndex {
-  std::map<int64_t, IntervalIndex> by_thread;
+class ThreadIndex {
+ public:
   void add(int64_t tid, double begin, double end, int64_t value) {
-    by_thread[tid].add(begin, end, value);
+    by_thread_[tid].add(begin, end, value);
   }
   void finish() {
-    for (auto& [tid, index] : by_thread) index.finish();
+    for (auto& [tid, index] : by_thread_) index.finish();
   }
   std::optional<int64_t> innermost(int64_t tid, double t) const {
-    const auto it = by_thread.find(tid);
-    return it == by_thread.end() ? std::nullopt : it->second.innermost(t);
+    const auto it = by_thread_.find(tid);
+    return it == by_thread_.end() ? std::nullopt : it->second.innermost(t);
   }
+
+ private:
+  std::map<int64_t, IntervalIndex> by_thread_;
 };
 
 bool is_gpu_activity(const KinetoEvent& e) {
@@ -261,7 +267,7 @@ class KinetoAnalysis {
         step_.begin = std::min(step_.begin, e.ts);
         step_.end = std::max(step_.end, end_of(e));
         if (is_cpu_op(e) || e.cat == "python_function") ++ops_per_thread[e.tid];
-        if (starts_with(e.name, "autograd::engine::evaluate_function:")) autograd_threads.insert(e.tid);
+        if (starts_with(e.name, kEvaluateFunction)) autograd_threads.insert(e.tid);
       }
       if (step_.begin > step_.end || ops_per_thread.empty()) {
         throw InputError(out_.file, "traceEvents",
@@ -303,7 +309,7 @@ class KinetoAnalysis {
       const auto id = static_cast<int64_t>(i);
       if (is_runtime(e) && e.correlation >= 0) launches_[e.correlation] = id;
       if (e.ph != 'X' || is_gpu_activity(e) || !in_step(e.ts)) continue;
-      if (starts_with(e.name, "autograd::engine::evaluate_function:")) {
+      if (starts_with(e.name, kEvaluateFunction)) {
         backward_ops_.add(e.tid, e.ts, end_of(e), id);
         backward_threads_.insert(e.tid);
       } else if (e.sequence >= 0 && e.tid == step_.tid) {
@@ -314,6 +320,8 @@ class KinetoAnalysis {
       }
       if (starts_with(e.name, "Optimizer.step") || e.name == "## optimizer ##")
         optimizer_.add(e.tid, e.ts, end_of(e), id);
+      if (starts_with(e.name, "Optimizer.step"))
+        optimizer_begin_ = std::min(optimizer_begin_.value_or(e.ts), e.ts);
       if (const int64_t phase = phase_of_range(e.name); phase >= 0)
         phases_.add(e.tid, e.ts, end_of(e), phase);
       if (e.name == "record_param_comms" || starts_with(e.name, "nccl:") ||
@@ -441,12 +449,8 @@ class KinetoAnalysis {
   // forward re-run (activation checkpointing around an FSDP unit runs no FSDP hooks).
   void find_recompute_in_backward_windows() {
     if (!recompute_calls_.empty()) return;
-    std::map<int64_t, std::vector<RangeNode>> by_thread;
-    for (const KinetoEvent& e : events()) {
-      if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts) && e.tid != step_.tid)
-        by_thread[e.tid].push_back({std::string(e.name.substr(11)), e.ts, end_of(e), {}});
-    }
-    for (auto& [tid, nodes] : by_thread) {
+    for (auto& [tid, nodes] : module_ranges()) {
+      if (tid == step_.tid) continue;
       for (std::size_t i : nest(nodes)) {
         const auto call = backward_index_.innermost(nodes[i].begin);
         if (!call) continue;
@@ -498,13 +502,22 @@ class KinetoAnalysis {
     recompute_thread_ = std::move(threads);
   }
 
-  // nn.Module ranges (profiles taken with with_stack=True) on the step's thread.
-  void find_module_ranges() {
+  // The step's "nn.Module: Class_k" ranges (profiles taken with with_stack=True) by
+  // thread, named Class_k. The reader keeps no other Python ranges.
+  std::map<int64_t, std::vector<RangeNode>> module_ranges() const {
+    constexpr std::string_view kPrefix = "nn.Module: ";
     std::map<int64_t, std::vector<RangeNode>> by_thread;
     for (const KinetoEvent& e : events()) {
       if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts))
-        by_thread[e.tid].push_back({std::string(e.name.substr(11)), e.ts, end_of(e), {}});
+        by_thread[e.tid].push_back({std::string(e.name.substr(kPrefix.size())), e.ts, end_of(e), {}});
     }
+    return by_thread;
+  }
+
+  // Module order from the nn.Module ranges on the step's thread; ranges on other threads
+  // are recomputes.
+  void find_module_ranges() {
+    std::map<int64_t, std::vector<RangeNode>> by_thread = module_ranges();
     if (by_thread.empty()) {
       warn("no module ranges (nn.Module ranges need the profiler's with_stack=True; FSDP2 "
            "writes FSDP:: ranges): the module order is unknown, GPU time is split by phase only");
@@ -512,16 +525,11 @@ class KinetoAnalysis {
       return;
     }
     out_.module_source = "nn.Module ranges (with_stack)";
-    for (auto& [tid, nodes] : by_thread) {
-      std::vector<std::size_t> roots = nest(nodes);
-      if (tid == step_.tid) {
-        trace_modules(nodes, roots);
-      } else {
-        thread_nodes_[tid] = std::move(nodes);
-        thread_roots_[tid] = std::move(roots);
-      }
-    }
-    find_recompute();
+    std::map<int64_t, std::vector<std::size_t>> roots;
+    for (auto& [tid, nodes] : by_thread) roots[tid] = nest(nodes);
+    if (const auto main = by_thread.find(step_.tid); main != by_thread.end())
+      trace_modules(main->second, roots[step_.tid]);
+    find_recompute(by_thread, roots);
   }
 
   // Nests ranges by containment; returns the top-level ones in time order.
@@ -577,9 +585,11 @@ class KinetoAnalysis {
   // Module ranges on other threads inside the step are forwards re-run in backward
   // (activation checkpointing); the outermost range that names a traced module's subtree
   // is that module's recompute.
-  void find_recompute() {
-    for (const auto& [tid, roots] : thread_roots_) {
-      const std::vector<RangeNode>& nodes = thread_nodes_[tid];
+  void find_recompute(const std::map<int64_t, std::vector<RangeNode>>& by_thread,
+                      const std::map<int64_t, std::vector<std::size_t>>& roots_by_thread) {
+    for (const auto& [tid, roots] : roots_by_thread) {
+      if (tid == step_.tid) continue;
+      const std::vector<RangeNode>& nodes = by_thread.at(tid);
       std::vector<std::size_t> todo(roots.rbegin(), roots.rend());
       while (!todo.empty()) {
         const std::size_t i = todo.back();
@@ -630,22 +640,17 @@ class KinetoAnalysis {
       backward_calls_ = fsdp_backward_;
     } else {
       std::map<std::pair<int64_t, int64_t>, ModuleCall> spans;  // (module, mb)
-      for (const auto& [tid, index] : backward_ops_.by_thread) {
-        (void)index;
-        for (std::size_t i = 0; i < events().size(); ++i) {
-          const KinetoEvent& e = events()[i];
-          if (e.tid != tid || !in_step(e.ts) ||
-              !starts_with(e.name, "autograd::engine::evaluate_function:"))
-            continue;
-          const auto call = call_of_backward_op(static_cast<int64_t>(i));
-          if (!call) continue;
-          auto [it, inserted] = spans.try_emplace({call->module, call->micro_batch},
-                                                  ModuleCall{call->module, call->micro_batch,
-                                                             e.ts, end_of(e)});
-          if (!inserted) {
-            it->second.begin = std::min(it->second.begin, e.ts);
-            it->second.end = std::max(it->second.end, end_of(e));
-          }
+      for (std::size_t i = 0; i < events().size(); ++i) {
+        const KinetoEvent& e = events()[i];
+        if (e.ph != 'X' || !in_step(e.ts) || !starts_with(e.name, kEvaluateFunction)) continue;
+        const auto call = call_of_backward_op(static_cast<int64_t>(i));
+        if (!call) continue;
+        auto [it, inserted] = spans.try_emplace(
+            {call->module, call->micro_batch},
+            ModuleCall{call->module, call->micro_batch, e.ts, end_of(e)});
+        if (!inserted) {
+          it->second.begin = std::min(it->second.begin, e.ts);
+          it->second.end = std::max(it->second.end, end_of(e));
         }
       }
       for (const auto& [key, call] : spans) backward_calls_.push_back(call);
@@ -692,15 +697,8 @@ class KinetoAnalysis {
       for (const auto& [mb, end] : backward_end)
         timed.push_back({end, 3, {StepEventKind::final_callback, mb, -1}});
     }
-    for (const auto& [tid, index] : optimizer_.by_thread) {
-      (void)index;
-      for (const KinetoEvent& e : events()) {
-        if (e.tid == tid && e.ph == 'X' && in_step(e.ts) && starts_with(e.name, "Optimizer.step")) {
-          timed.push_back({e.ts, 4, {StepEventKind::optimizer_step, -1, -1}});
-          break;
-        }
-      }
-    }
+    if (optimizer_begin_)
+      timed.push_back({*optimizer_begin_, 4, {StepEventKind::optimizer_step, -1, -1}});
     std::stable_sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
       return a.time != b.time ? a.time < b.time : a.order < b.order;
     });
@@ -751,16 +749,15 @@ class KinetoAnalysis {
     return c;
   }
 
-  static std::string timeline_stream(const std::string& collective_kind) {
-    if (collective_kind == "all_gather") return "ag";
-    if (collective_kind == "reduce_scatter" || collective_kind == "all_reduce") return "rs";
+  static std::string timeline_stream(const std::string& kind) {
+    if (kind == "all_gather") return "ag";
+    if (kind == "reduce_scatter" || kind == "all_reduce") return "rs";
     return "comm";
   }
 
   void import_gpu_activity() {
     Timeline& tl = out_.timeline;
     tl.source = "profiled";
-    tl.model = "";
     tl.allocator = "caching";
     // One GPU unless the trace says how many ranks ran (distributedInfo.world_size).
     tl.num_gpus = 1;
@@ -956,11 +953,10 @@ class KinetoAnalysis {
   ThreadIndex backward_ops_, optimizer_, phases_, comm_ops_, recompute_index_;
   std::map<std::string, int64_t> module_ids_;
   std::map<std::string, int64_t> traced_of_name_;  // any module range name -> traced module
-  std::map<int64_t, std::vector<RangeNode>> thread_nodes_;
-  std::map<int64_t, std::vector<std::size_t>> thread_roots_;
   std::vector<ModuleCall> forward_calls_, backward_calls_, fsdp_backward_, recompute_calls_;
   std::vector<int64_t> recompute_thread_;
   std::vector<double> final_callbacks_;
+  std::optional<double> optimizer_begin_;  // the step's first Optimizer.step range
   IntervalIndex forward_index_, backward_index_;
   std::vector<double> cpu_event_times_;
 };

@@ -4,9 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <array>
 #include <map>
-#include <memory>
 #include <streambuf>
 
 #include "models/error.h"
@@ -50,7 +48,7 @@ class GzStreamBuf : public std::streambuf {
 
  private:
   gzFile file_ = nullptr;
-  std::vector<char> buffer_ = std::vector<char>(1 << 20);  // on the heap: callers keep us on the stack
+  std::vector<char> buffer_ = std::vector<char>(1 << 20);  // on the heap: we live on the stack
   std::string error_;
 };
 
@@ -114,14 +112,11 @@ int64_t int_arg(const json& args, const char* key) {
   return it == args.end() ? -1 : integer(*it);
 }
 
-std::string_view string_arg(const json& args, const char* key) {
-  const auto it = args.find(key);
-  return it != args.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>())
-                                             : std::string_view();
-}
-
-std::string_view string_field(const json& event, const char* key) {
-  return string_arg(event, key);
+// A string member of an event or of its args; empty when absent or not a string.
+std::string_view string_member(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>())
+                                               : std::string_view();
 }
 
 // Whether the importer reads an event of this phase, category and name: module ranges
@@ -310,9 +305,9 @@ class TraceSax : public nlohmann::json_sax<json> {
 
   void add_event(const json& e) {
     KinetoEvent ev;
-    ev.name = trace_.intern(string_field(e, "name"));
-    ev.cat = trace_.intern(string_field(e, "cat"));
-    const std::string_view ph = string_field(e, "ph");
+    ev.name = trace_.intern(string_member(e, "name"));
+    ev.cat = trace_.intern(string_member(e, "cat"));
+    const std::string_view ph = string_member(e, "ph");
     ev.ph = ph.empty() ? '?' : ph[0];
     if (!wanted_event(ph, ev.cat, ev.name)) return;  // keys in an unusual order
     if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
@@ -330,11 +325,11 @@ class TraceSax : public nlohmann::json_sax<json> {
       ev.correlation = int_arg(a, "correlation");
       ev.sequence = int_arg(a, "Sequence number");
       ev.stream = int_arg(a, "stream");
-      ev.collective = trace_.intern(string_arg(a, "Collective name"));
+      ev.collective = trace_.intern(string_member(a, "Collective name"));
       ev.in_elements = int_arg(a, "In msg nelems");
       ev.out_elements = int_arg(a, "Out msg nelems");
       ev.group_size = int_arg(a, "Group size");
-      ev.dtype = trace_.intern(string_arg(a, "dtype"));
+      ev.dtype = trace_.intern(string_member(a, "dtype"));
       ev.device_type = int_arg(a, "Device Type");
       // Negative for a free, so not through int_arg's -1 for "absent".
       if (const auto b = a.find("Bytes"); b != a.end()) ev.bytes = static_cast<int64_t>(number(*b));
@@ -375,15 +370,15 @@ std::string_view KinetoTrace::intern(std::string_view text) {
 }
 
 KinetoTrace read_kineto_trace(const std::string& path) {
-  auto buf = std::make_unique<GzStreamBuf>(path);
-  if (!buf->is_open()) throw InputError(path, "", "cannot open the file");
-  std::istream in(buf.get());
+  GzStreamBuf buf(path);
+  if (!buf.is_open()) throw InputError(path, "", "cannot open the file");
+  std::istream in(&buf);
   KinetoTrace trace;
   TraceSax sax(trace);
   const bool ok = json::sax_parse(in, &sax, nlohmann::detail::input_format_t::json, true, true);
-  if (!buf->error().empty()) {
+  if (!buf.error().empty()) {
     throw InputError(path, "",
-                     fmt::format("truncated or corrupt gzip data (zlib: {})", buf->error()));
+                     fmt::format("truncated or corrupt gzip data (zlib: {})", buf.error()));
   }
   if (!ok) {
     throw InputError(path, "", sax.error().empty() ? "not valid JSON" : sax.error());

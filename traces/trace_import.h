@@ -12,7 +12,7 @@
 namespace shardplan {
 
 struct ImportOptions {
-  std::string step;  // "ProfilerStep#K" or just "K"; empty = the last complete step
+  std::string step;  // "ProfilerStep#K" or just "K"; empty = the last step
   int64_t depth = 0;  // levels below the first branching module level to trace (module ranges)
 };
 
@@ -46,7 +46,7 @@ struct ImportedTrace {
   std::vector<std::string> steps;  // profiler steps present ("ProfilerStep#4", ...)
   std::string step;                // the one imported
   std::string module_source;       // what gave the module order (fsdp ranges, nn.Module, ...)
-  StepTrace trace;                 // events carry times when the trace had them
+  StepTrace trace;                 // the module order and events, as the trace ran them
   // When the GPU reached each trace event: seconds from the step's first GPU activity to
   // the start of the last GPU work launched before the event ran on the host.
   std::vector<double> event_seconds;
