@@ -11,7 +11,9 @@
 #include "executor/cuda_backend.h"
 #include "executor/cuda_probe.h"
 #include "executor/replay.h"
+#include "models/atomic_file.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "planner/plan_json.h"
 
 namespace shardplan {
@@ -36,8 +38,12 @@ struct MpiSession {
 int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (p.backend != "cpu" && p.backend != "cuda")
     throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
-  if (p.warmup < 0) throw InputError("", "--warmup", "must not be negative");
-  if (p.steps <= 0) throw InputError("", "--steps", "must be positive");
+  // A million steps of the smallest plan already take hours; more is a typo.
+  constexpr int64_t kMaxSteps = 1'000'000;
+  if (auto reason = out_of_range_reason(p.warmup, 0, kMaxSteps))
+    throw InputError("", "--warmup", *reason);
+  if (auto reason = out_of_range_reason(p.steps, 1, kMaxSteps))
+    throw InputError("", "--steps", *reason);
   if (!(p.compute_scale > 0 && p.compute_scale <= 1))
     throw InputError("", "--compute-scale", "must be in (0, 1]");
   const Plan plan = read_plan_file(p.plan);

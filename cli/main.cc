@@ -16,20 +16,28 @@
 
 namespace {
 
-// CLI11's PositiveNumber prints "Value 0 not in range 0.000000 to 1.79e308".
-const CLI::Validator kPositive(
-    [](std::string& text) -> std::string {
-      try {
-        std::size_t used = 0;
-        const long long value = std::stoll(text, &used);
-        if (used != text.size()) return "expected a whole number, got '" + text + "'";
-        if (value <= 0) return "must be positive, got " + text;
-        return "";
-      } catch (const std::exception&) {
-        return "expected a whole number, got '" + text + "'";
-      }
-    },
-    "POSITIVE");
+// A whole-number flag of at least `min`. CLI11's PositiveNumber prints "Value 0 not in
+// range 0.000000 to 1.79e308" and its NonNegativeNumber accepts fractions.
+CLI::Validator whole_number_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        try {
+          std::size_t used = 0;
+          const long long value = std::stoll(text, &used);
+          if (used != text.size()) return "expected a whole number, got '" + text + "'";
+          if (value < min) {
+            return min == 1 ? "must be positive, got " + text
+                            : "must be at least " + std::to_string(min) + ", got " + text;
+          }
+          return "";
+        } catch (const std::exception&) {
+          return "expected a whole number, got '" + text + "'";
+        }
+      },
+      min == 1 ? "POSITIVE" : "INT>=" + std::to_string(min));
+}
+const CLI::Validator kPositive = whole_number_at_least(1);
+const CLI::Validator kNonNegative = whole_number_at_least(0);
 
 // An unknown first word would otherwise read "A subcommand is required".
 std::optional<std::string> unknown_command(int argc, char** argv, const CLI::App& app) {
@@ -175,7 +183,7 @@ int main(int argc, char** argv) {
       ->add_option("--depth", trace_params.depth,
                    "module levels below the first branching level to trace")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   trace_import->add_option("--format", trace_params.format, "kineto | auto")->capture_default_str();
   trace_import->add_flag("--json", trace_params.json, "machine-readable output");
 
@@ -185,8 +193,9 @@ int main(int argc, char** argv) {
   compare->add_option("predicted", compare_params.predicted, "timeline.json from simulate")
       ->required()
       ->check(CLI::ExistingFile);
-  compare->add_option("measured", compare_params.measured,
-                      "timeline.json from execute, or from trace import --timeline")
+  compare
+      ->add_option("measured", compare_params.measured,
+                   "timeline.json from execute, or from trace import --timeline")
       ->required()
       ->check(CLI::ExistingFile);
   compare->add_flag("--json", compare_params.json, "machine-readable output");
@@ -240,7 +249,14 @@ int main(int argc, char** argv) {
     std::cerr << "shardplan: error: " << *message << "\n";
     return 2;
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version are "errors" of code 0; the rest get one line, CLI11's code.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "shardplan: error: " << error.what() << " (see --help)\n";
+    return error.get_exit_code();
+  }
 
   try {
     if (*models) return shardplan::run_models(models_params, std::cout);

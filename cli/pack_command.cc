@@ -5,8 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
+#include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/suggest.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
@@ -37,9 +39,21 @@ int run_pack(const PackParams& p, std::ostream& out) {
     throw InputError("", "--algorithm",
                      unknown_name_message("algorithm", p.algorithm, offset_assigner_names()));
   }
-  if (p.alignment <= 0) throw InputError("", "--alignment", "must be positive");
-  if (p.time_limit_seconds <= 0) throw InputError("", "--time-limit", "must be positive");
-  if (p.capacity && *p.capacity <= 0) throw InputError("", "--capacity", "must be positive");
+  if (auto reason = out_of_range_reason(p.alignment, 1, limits::kMaxAlignmentBytes))
+    throw InputError("", "--alignment", *reason);
+  if (!(p.time_limit_seconds > 0)) {
+    throw InputError("", "--time-limit",
+                     fmt::format("must be positive, got {}", p.time_limit_seconds));
+  }
+  if (!(p.time_limit_seconds <= limits::kMaxTimeLimitSeconds)) {
+    throw InputError("", "--time-limit",
+                     fmt::format("must be at most {:g} seconds (a week), got {}",
+                                 limits::kMaxTimeLimitSeconds, p.time_limit_seconds));
+  }
+  if (p.capacity) {
+    if (auto reason = out_of_range_reason(*p.capacity, 1, limits::kMaxPoolBytes))
+      throw InputError("", "--capacity", *reason);
+  }
 
   const bool is_plan = p.input.ends_with(".json");
   PoolTable table;

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/job.h"
 #include "cli/text_format.h"
+#include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"

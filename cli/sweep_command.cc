@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/job.h"
 #include "cli/text_format.h"
+#include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "planner/plan_builder.h"
@@ -188,9 +189,15 @@ std::string no_fit_advice(const SweepResult& r, const SearchSpace& space, const 
 int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   const Job job = load_job(p.job);
   const SearchSpace space = build_space(p, job);
-  const int64_t cap = p.mem_cap.empty() ? default_memory_cap(job.cluster)
-                                        : static_cast<int64_t>(parse_size(p.mem_cap, "--mem-cap"));
-  if (p.threads < 0) throw InputError("", "-j", "must be positive");
+  // The cap is compared with one GPU's memory: at most the largest HBM a cluster file may
+  // give (16 TiB).
+  const int64_t cap = p.mem_cap.empty()
+                          ? default_memory_cap(job.cluster)
+                          : static_cast<int64_t>(parse_size(p.mem_cap, "--mem-cap", 0x1p44));
+  // More threads than candidates or cores only costs memory; 1024 covers any machine.
+  constexpr int kMaxThreads = 1024;
+  if (auto reason = out_of_range_reason(p.threads, 0, kMaxThreads))
+    throw InputError("", "--jobs", *reason);
   if (p.top <= 0) throw InputError("", "--top", "must be positive");
   const std::vector<FsdpConfig> configs =
       enumerate_configs(space, job.config, job.cluster.num_gpus);
@@ -215,6 +222,14 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   }
   const auto start = std::chrono::steady_clock::now();
   const SweepResult result = run_sweep(job.model, job.cluster, configs, evaluate, options);
+  // Nothing to rank because of the input, not of memory: say what was wrong with it.
+  if (result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty()) {
+    const SweepPoint& first = result.points.front();
+    throw InputError(
+        "sweep", "",
+        fmt::format("all {} configurations are invalid; the first ({}): {}", result.points.size(),
+                    describe_config(first.config), first.reason));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string title = fmt::format("Sweep: {} on {} GPUs of {}", job.model.name,

@@ -10,7 +10,7 @@
 namespace shardplan {
 
 // "4096", "64K", "64KiB" (binary, as nccl-tests' -b/-e read them), "1GB" (decimal).
-double parse_size(const std::string& text, const std::string& flag) {
+double parse_size(const std::string& text, const std::string& flag, double max_bytes) {
   std::size_t used = 0;
   double value = 0;
   try {
@@ -34,6 +34,14 @@ double parse_size(const std::string& text, const std::string& flag) {
   for (const auto& [name, scale] : units) {
     if (unit == name) {
       if (!(value > 0) || !std::isfinite(value)) throw InputError("", flag, "must be positive");
+      if (!(value * scale >= 1)) {
+        throw InputError("", flag, fmt::format("must be at least 1 byte, got '{}'", text));
+      }
+      if (!(value * scale <= max_bytes)) {
+        throw InputError("", flag,
+                         fmt::format("must be at most {} ({:.0f} bytes), got '{}'",
+                                     format_bytes(max_bytes), max_bytes, text));
+      }
       return value * scale;
     }
   }

@@ -14,8 +14,8 @@ std::string format_count(double count);
 std::string format_si(double value);
 
 // "4096", "64K", "64KiB" (binary, as nccl-tests' -b/-e read them), "1GB" (decimal): a
-// positive size in bytes; anything else is an InputError naming `flag`.
-double parse_size(const std::string& text, const std::string& flag);
+// positive size in bytes up to `max_bytes`; anything else is an InputError naming `flag`.
+double parse_size(const std::string& text, const std::string& flag, double max_bytes);
 
 // A plain text table: a header row, then rows; columns are padded to the widest cell.
 // Columns listed in `right_aligned` (0-based) are right-aligned (numbers).

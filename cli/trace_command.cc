@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/text_format.h"
+#include "models/atomic_file.h"
 #include "planner/plan_json.h"
 #include "traces/trace_import.h"
 
@@ -29,7 +30,8 @@ void print_summary(const ImportedTrace& in, std::ostream& out) {
       ms(s.exposed_all_gather_seconds), ms(s.exposed_reduce_scatter_seconds));
   if (!in.timeline.memory.empty()) {
     out << fmt::format("memory: {} samples, peak allocated {}, peak reserved {}\n",
-                       in.timeline.memory.size(), format_bytes(static_cast<double>(s.peak_allocated_bytes)),
+                       in.timeline.memory.size(),
+                       format_bytes(static_cast<double>(s.peak_allocated_bytes)),
                        format_bytes(static_cast<double>(s.peak_reserved_bytes)));
   }
   const StepTrace& t = in.trace;
@@ -69,7 +71,8 @@ void print_summary(const ImportedTrace& in, std::ostream& out) {
       for (const auto& [n, k] : g.sizes)
         sizes += fmt::format("{}{}{}", sizes.empty() ? "" : ", ", elements_text(n),
                              k > 1 ? fmt::format(" ×{}", k) : "");
-      rows.push_back({kind, std::to_string(g.count), g.group_size < 0 ? "?" : std::to_string(g.group_size),
+      rows.push_back({kind, std::to_string(g.count),
+                      g.group_size < 0 ? "?" : std::to_string(g.group_size),
                       g.dtype.empty() ? "?" : g.dtype, ms(g.seconds), sizes});
     }
     out << "\ncollectives in the step:\n"

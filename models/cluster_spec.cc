@@ -8,31 +8,47 @@
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/suggest.h"
 
 namespace shardplan {
 namespace {
 
-double positive_number(const JsonReader& r, std::string_view key) {
-  const double v = r.number(key);
-  if (!(v > 0)) r.fail(key, fmt::format("must be positive, got {}", v));
-  return v;
-}
+// Physically plausible ranges, each wide enough for every GPU and network built or
+// announced (V100 to Rubin Ultra; 10 GbE to NVLink 5) and narrow enough to catch a unit
+// slip (bits for bytes, GB for bytes, ms for s), which would otherwise give a confident,
+// wrong answer.
+constexpr double kMinHbmBandwidth = 1e10;           // 10 GB/s; V100 has 0.9 TB/s
+constexpr double kMaxHbmBandwidth = 1e15;           // 1 PB/s; B200 has 8 TB/s
+constexpr double kMinFlops = 1e12;                  // 1 TFLOP/s; V100 has 125 (fp16 tensor)
+constexpr double kMaxFlops = 1e18;                  // 1 EFLOP/s; B200 has 2.25e15 dense bf16
+constexpr double kMinLinkBandwidth = 1e8;           // 100 MB/s (1 GbE is 125 MB/s)
+constexpr double kMaxLinkBandwidth = 1e14;          // 100 TB/s; NVLink 5 has 0.9 TB/s per direction
+constexpr double kMaxLatencySeconds = 1e-2;         // 10 ms; NCCL's hop latencies are microseconds
+constexpr int64_t kMinHbmBytes = int64_t{1} << 30;  // 1 GiB
+constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;  // 16 TiB; B300 has 288 GB
+constexpr int64_t kMaxSms = 4096;                   // H100 has 132, B200 148
 
 GpuSpec parse_gpu(const JsonReader& r) {
   r.expect_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                  "hbm_measured_bandwidth_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops",
                  "sm_count"});
-  return GpuSpec{
+  GpuSpec gpu{
       .name = r.string("name"),
-      .hbm_bytes = r.positive_integer("hbm_bytes"),
-      .hbm_bandwidth_bytes_per_s = positive_number(r, "hbm_bandwidth_bytes_per_s"),
+      .hbm_bytes = r.integer_in("hbm_bytes", kMinHbmBytes, kMaxHbmBytes),
+      .hbm_bandwidth_bytes_per_s =
+          r.number_in("hbm_bandwidth_bytes_per_s", kMinHbmBandwidth, kMaxHbmBandwidth),
       .hbm_measured_bandwidth_bytes_per_s =
-          positive_number(r, "hbm_measured_bandwidth_bytes_per_s"),
-      .bf16_dense_flops = positive_number(r, "bf16_dense_flops"),
-      .fp8_dense_flops = r.non_negative_number("fp8_dense_flops"),
-      .sm_count = r.positive_integer("sm_count"),
+          r.number_in("hbm_measured_bandwidth_bytes_per_s", kMinHbmBandwidth, kMaxHbmBandwidth),
+      .bf16_dense_flops = r.number_in("bf16_dense_flops", kMinFlops, kMaxFlops),
+      .fp8_dense_flops = r.number_in("fp8_dense_flops", 0, kMaxFlops),
+      .sm_count = r.integer_in("sm_count", 1, kMaxSms),
   };
+  if (gpu.fp8_dense_flops > 0 && gpu.fp8_dense_flops < kMinFlops) {
+    r.fail("fp8_dense_flops", fmt::format("must be 0 (no FP8) or in [{:g}, {:g}], got {:g}",
+                                          kMinFlops, kMaxFlops, gpu.fp8_dense_flops));
+  }
+  return gpu;
 }
 
 LinkSpec parse_link(const JsonReader& r) {
@@ -40,17 +56,18 @@ LinkSpec parse_link(const JsonReader& r) {
       {"name", "bandwidth_bytes_per_s", "measured_bus_bandwidth_bytes_per_s", "latency_s"});
   return LinkSpec{
       .name = r.string("name"),
-      .bandwidth_bytes_per_s = positive_number(r, "bandwidth_bytes_per_s"),
+      .bandwidth_bytes_per_s =
+          r.number_in("bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth),
       .measured_bus_bandwidth_bytes_per_s =
-          positive_number(r, "measured_bus_bandwidth_bytes_per_s"),
-      .latency_s = r.non_negative_number("latency_s"),
+          r.number_in("measured_bus_bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth),
+      .latency_s = r.number_in("latency_s", 0, kMaxLatencySeconds),
   };
 }
 
 NcclSpec parse_nccl(const JsonReader& r) {
   r.expect_only({"base_latency_s", "collective_sms", "nvls", "ib_sharp"});
   return NcclSpec{
-      .base_latency_s = r.non_negative_number("base_latency_s"),
+      .base_latency_s = r.number_in("base_latency_s", 0, kMaxLatencySeconds),
       .collective_sms = r.integer("collective_sms"),
       .nvls = r.boolean("nvls"),
       .ib_sharp = r.boolean("ib_sharp"),
@@ -95,7 +112,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
-  c.gpus_per_node = r.positive_integer("gpus_per_node");
+  c.gpus_per_node = r.integer_in("gpus_per_node", 1, limits::kMaxGpusPerNode);
   c.num_gpus = c.gpus_per_node;
   c.gpu = parse_gpu(r.object("gpu"));
   c.intra_node = parse_link(r.object("intra_node"));
@@ -103,8 +120,9 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   c.nccl = parse_nccl(r.object("nccl"));
   if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
   if (c.nccl.collective_sms < 0 || c.nccl.collective_sms >= c.gpu.sm_count) {
-    r.fail("nccl", fmt::format("collective_sms must be in 0..{} (the GPU's SMs), got {}",
-                               c.gpu.sm_count - 1, c.nccl.collective_sms));
+    r.object("nccl").fail("collective_sms",
+                          fmt::format("must be in 0..{} (below the GPU's sm_count), got {}",
+                                      c.gpu.sm_count - 1, c.nccl.collective_sms));
   }
   c.non_tensor_bytes = r.integer("non_tensor_bytes");
   if (c.non_tensor_bytes < 0 || c.non_tensor_bytes >= c.gpu.hbm_bytes) {
@@ -145,9 +163,20 @@ ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t>
   if (nodes) {
     if (*nodes <= 0)
       throw InputError("", "--nodes", fmt::format("must be positive, got {}", *nodes));
+    if (*nodes > limits::kMaxGpus / cluster.gpus_per_node) {
+      throw InputError("", "--nodes",
+                       fmt::format("{} nodes of {} GPUs exceed {} GPUs (2^20), the most shardplan "
+                                   "plans for",
+                                   *nodes, cluster.gpus_per_node, limits::kMaxGpus));
+    }
     cluster.num_gpus = *nodes * cluster.gpus_per_node;
   } else if (gpus) {
     if (*gpus <= 0) throw InputError("", "--gpus", fmt::format("must be positive, got {}", *gpus));
+    if (*gpus > limits::kMaxGpus) {
+      throw InputError("", "--gpus",
+                       fmt::format("{} exceeds {} GPUs (2^20), the most shardplan plans for", *gpus,
+                                   limits::kMaxGpus));
+    }
     if (*gpus > cluster.gpus_per_node && *gpus % cluster.gpus_per_node != 0) {
       throw InputError("", "--gpus",
                        fmt::format("{} GPUs do not fill whole nodes of {} on {}", *gpus,

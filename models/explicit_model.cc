@@ -30,13 +30,25 @@ ComputeKind parse_kind(const JsonReader& r) {
   r.fail("kind", unknown_name_message("compute kind", text, names_of(kKinds)));
 }
 
+// Per-token costs of one module. A real one is at most a few times its parameters
+// (FLOPs: 2 per weight; 2^47 parameters bound them) or its widest activation (elements:
+// below 2^30 for any accepted dimension); the bounds are far above both and keep every
+// product with the tokens of a micro-batch (at most 2^24) finite and exact enough.
+constexpr double kMaxFlopsPerToken = 0x1p53;
+constexpr double kMaxCtxFlopsPerToken = 0x1p40;  // × seq_len: attention's per-pair work
+constexpr double kMaxElementsPerToken = 0x1p40;  // activation elements or bytes
+constexpr double kMaxBackwardFactor = 16;        // backward ÷ forward FLOPs (2 for matmuls)
+
+double per_token(const JsonReader& r, std::string_view key, double max, double fallback = 0) {
+  return r.has(key) ? r.number_in(key, 0, max) : fallback;
+}
+
 Footprint parse_footprint(const JsonReader& parent, std::string_view key) {
   if (!parent.has(key)) return {};
   const JsonReader r = parent.object(key);
   r.expect_only({"elements", "fixed_bytes"});
-  return Footprint{
-      .elements = r.has("elements") ? r.non_negative_number("elements") : 0.0,
-      .fixed_bytes = r.has("fixed_bytes") ? r.non_negative_number("fixed_bytes") : 0.0};
+  return Footprint{.elements = per_token(r, "elements", kMaxElementsPerToken),
+                   .fixed_bytes = per_token(r, "fixed_bytes", kMaxElementsPerToken)};
 }
 
 nlohmann::json footprint_json(const Footprint& f) {
@@ -50,14 +62,11 @@ ModuleCost parse_cost(const JsonReader& r) {
                  "input_per_token", "token_fraction"});
   ModuleCost c;
   c.kind = parse_kind(r);
-  c.fwd_flops_per_token =
-      r.has("fwd_flops_per_token") ? r.non_negative_number("fwd_flops_per_token") : 0;
-  c.fwd_flops_per_token_ctx =
-      r.has("fwd_flops_per_token_ctx") ? r.non_negative_number("fwd_flops_per_token_ctx") : 0;
+  c.fwd_flops_per_token = per_token(r, "fwd_flops_per_token", kMaxFlopsPerToken);
+  c.fwd_flops_per_token_ctx = per_token(r, "fwd_flops_per_token_ctx", kMaxCtxFlopsPerToken);
   c.causal = r.boolean_or("causal", false);
-  c.bwd_flops_factor = r.has("bwd_flops_factor") ? r.non_negative_number("bwd_flops_factor") : 2.0;
-  c.fwd_io_elements_per_token =
-      r.has("fwd_io_elements_per_token") ? r.non_negative_number("fwd_io_elements_per_token") : 0;
+  c.bwd_flops_factor = per_token(r, "bwd_flops_factor", kMaxBackwardFactor, 2.0);
+  c.fwd_io_elements_per_token = per_token(r, "fwd_io_elements_per_token", kMaxElementsPerToken);
   c.saved_per_token = parse_footprint(r, "saved_per_token");
   c.saved_per_token_ctx = parse_footprint(r, "saved_per_token_ctx");
   c.selective_recompute = r.boolean_or("selective_recompute", false);
@@ -112,8 +121,14 @@ Parameter parse_parameter(const JsonReader& r) {
   return p;
 }
 
-Module parse_module(const JsonReader& r, const std::string& prefix, bool is_root) {
+// Every walk of the module tree recurses once per level; real models nest a few levels
+// (a captured Llama: 4), so 256 is generous and keeps the stack small.
+constexpr int kMaxDepth = 256;
+
+Module parse_module(const JsonReader& r, const std::string& prefix, int depth) {
   r.expect_only({"name", "type", "parameters", "cost", "children"});
+  const bool is_root = depth == 0;
+  if (depth > kMaxDepth) r.fail("", fmt::format("modules nest deeper than {} levels", kMaxDepth));
   Module m;
   if (is_root) {
     m.name = "";
@@ -136,7 +151,7 @@ Module parse_module(const JsonReader& r, const std::string& prefix, bool is_root
   if (r.has("children")) {
     std::set<std::string> seen;
     for (const JsonReader& c : r.objects("children")) {
-      m.children.push_back(parse_module(c, m.name, false));
+      m.children.push_back(parse_module(c, m.name, depth + 1));
       if (!seen.insert(m.children.back().name).second) {
         c.fail("name", fmt::format("duplicate module '{}'", m.children.back().name));
       }
@@ -198,14 +213,15 @@ ModelSpec parse_explicit_model(const JsonReader& r) {
   spec.family = "explicit";
   spec.source = r.string_or("source", "");
   if (r.has("default_unit_modules")) spec.default_unit_modules = r.strings("default_unit_modules");
-  spec.hidden_size = r.integer_or("hidden_size", 0);
-  spec.num_layers = r.integer_or("num_layers", 0);
-  spec.vocab_size = r.integer_or("vocab_size", 0);
-  spec.max_seq_len = r.integer_or("max_seq_len", 0);
-  spec.root = parse_module(r.object("root"), "", true);
-  const int64_t count = parameter_count(spec.root);
+  // Headline dimensions for tables (0: none); max_seq_len also bounds seq_len.
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  spec.hidden_size = r.integer_in_or("hidden_size", 0, kMaxDim, 0);
+  spec.num_layers = r.integer_in_or("num_layers", 0, kMaxDim, 0);
+  spec.vocab_size = r.integer_in_or("vocab_size", 0, kMaxDim, 0);
+  spec.max_seq_len = r.integer_in_or("max_seq_len", 0, kMaxDim, 0);
+  spec.root = parse_module(r.object("root"), "", 0);
+  const std::optional<int64_t> count = parameter_count_within(spec.root, INT64_MAX);
   if (count == 0) r.fail("root", "the model has no parameters");
-  if (count > (int64_t{1} << 53) || count < 0) r.fail("root", "has more than 2^53 parameters");
   return spec;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,19 @@ namespace {
 
 std::string type_name(const nlohmann::json& value) {
   return std::string(value.type_name());
+}
+
+// A value as it appears in an error: its JSON, cut short so a large array or a long
+// string keeps the message to one readable line.
+std::string brief(const nlohmann::json& value) {
+  // Arrays and objects by their size: dumping one nested a million deep would recurse as
+  // deep.
+  if (value.is_array()) return fmt::format("an array of {} items", value.size());
+  if (value.is_object()) return fmt::format("an object of {} fields", value.size());
+  constexpr std::size_t kMaxChars = 60;
+  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
+  return text;
 }
 
 // Line and column (1-based) of a byte offset, for syntax errors.
@@ -49,6 +63,12 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
     }
     throw InputError(label, "",
                      fmt::format("invalid JSON at line {}, column {}: {}", line, column, reason));
+  } catch (const nlohmann::json::exception& error) {
+    // A number past the double range ("1e999") is out_of_range.406, with no position.
+    std::string reason = error.what();
+    if (const auto bracket = reason.find("] "); bracket != std::string::npos)
+      reason = reason.substr(bracket + 2);
+    throw InputError(label, "", "invalid JSON: " + reason);
   }
 }
 
@@ -58,6 +78,13 @@ nlohmann::json read_json_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return parse_json_text(text.str(), path);
+}
+
+std::optional<std::string> out_of_range_reason(int64_t value, int64_t lo, int64_t hi) {
+  if (value >= lo && value <= hi) return std::nullopt;
+  if (value < lo && lo == 1) return fmt::format("must be positive, got {}", value);
+  if (value < lo && lo == 0) return fmt::format("must not be negative, got {}", value);
+  return fmt::format("must be in [{}, {}], got {}", lo, hi, value);
 }
 
 JsonReader::JsonReader(const nlohmann::json& value, std::string file, std::string path)
@@ -87,12 +114,30 @@ const nlohmann::json& JsonReader::value(std::string_view key) const {
 
 int64_t JsonReader::integer(std::string_view key) const {
   const nlohmann::json& v = value(key);
+  // nlohmann keeps integers above INT64_MAX as unsigned; a float converts only when it is
+  // whole and inside int64 (converting one outside is undefined behaviour).
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) return v.get<int64_t>();
+    fail(key, "exceeds the largest integer, 2^63 - 1, got " + brief(v));
+  }
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    constexpr double kTwo63 = 9223372036854775808.0;
+    if (d >= -kTwo63 && d < kTwo63 && d == std::trunc(d)) return static_cast<int64_t>(d);
   }
-  fail(key, "expected an integer, got " + v.dump());
+  fail(key, "expected an integer, got " + brief(v));
+}
+
+int64_t JsonReader::integer_in(std::string_view key, int64_t lo, int64_t hi) const {
+  const int64_t v = integer(key);
+  if (auto reason = out_of_range_reason(v, lo, hi)) fail(key, *reason);
+  return v;
+}
+
+int64_t JsonReader::integer_in_or(std::string_view key, int64_t lo, int64_t hi,
+                                  int64_t fallback) const {
+  return has(key) ? integer_in(key, lo, hi) : fallback;
 }
 
 int64_t JsonReader::integer_or(std::string_view key, int64_t fallback) const {
@@ -111,12 +156,21 @@ int64_t JsonReader::positive_integer_or(std::string_view key, int64_t fallback) 
 
 double JsonReader::number(std::string_view key) const {
   const nlohmann::json& v = value(key);
-  if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
-  return v.get<double>();
+  if (!v.is_number()) fail(key, "expected a number, got " + brief(v));
+  const double d = v.get<double>();
+  // JSON has no infinities, but a literal past the double range (1e999) reads as one.
+  if (!std::isfinite(d)) fail(key, "expected a finite number, got " + brief(v));
+  return d;
 }
 
 double JsonReader::number_or(std::string_view key, double fallback) const {
   return has(key) ? number(key) : fallback;
+}
+
+double JsonReader::number_in(std::string_view key, double lo, double hi) const {
+  const double v = number(key);
+  if (!(v >= lo && v <= hi)) fail(key, fmt::format("must be in [{:g}, {:g}], got {:g}", lo, hi, v));
+  return v;
 }
 
 double JsonReader::non_negative_number(std::string_view key) const {
@@ -127,7 +181,7 @@ double JsonReader::non_negative_number(std::string_view key) const {
 
 bool JsonReader::boolean(std::string_view key) const {
   const nlohmann::json& v = value(key);
-  if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
+  if (!v.is_boolean()) fail(key, "expected true or false, got " + brief(v));
   return v.get<bool>();
 }
 
@@ -137,7 +191,7 @@ bool JsonReader::boolean_or(std::string_view key, bool fallback) const {
 
 std::string JsonReader::string(std::string_view key) const {
   const nlohmann::json& v = value(key);
-  if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
+  if (!v.is_string()) fail(key, "expected a string, got " + brief(v));
   return v.get<std::string>();
 }
 
@@ -147,12 +201,12 @@ std::string JsonReader::string_or(std::string_view key, std::string fallback) co
 
 std::vector<std::string> JsonReader::strings(std::string_view key) const {
   const nlohmann::json& v = value(key);
-  if (!v.is_array()) fail(key, "expected an array of strings, got " + v.dump());
+  if (!v.is_array()) fail(key, "expected an array of strings, got " + brief(v));
   std::vector<std::string> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string()) {
       throw InputError(file_, path_of(key) + "/" + std::to_string(i),
-                       "expected a string, got " + v[i].dump());
+                       "expected a string, got " + brief(v[i]));
     }
     out.push_back(v[i].get<std::string>());
   }
@@ -161,12 +215,13 @@ std::vector<std::string> JsonReader::strings(std::string_view key) const {
 
 std::vector<int64_t> JsonReader::integers(std::string_view key) const {
   const nlohmann::json& v = value(key);
-  if (!v.is_array()) fail(key, "expected an array of integers, got " + v.dump());
+  if (!v.is_array()) fail(key, "expected an array of integers, got " + brief(v));
   std::vector<int64_t> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer()) {
+    if (!v[i].is_number_integer() ||
+        (v[i].is_number_unsigned() && v[i].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
       throw InputError(file_, path_of(key) + "/" + std::to_string(i),
-                       "expected an integer, got " + v[i].dump());
+                       "expected an integer up to 2^63 - 1, got " + brief(v[i]));
     }
     out.push_back(v[i].get<int64_t>());
   }

@@ -16,6 +16,11 @@ nlohmann::json read_json_file(const std::string& path);
 // Parses JSON text that came from `label` (a file name or "<built-in x>").
 nlohmann::json parse_json_text(std::string_view text, const std::string& label);
 
+// Why `value` is outside [lo, hi], as the end of an error message ("must be positive,
+// got 0", "must be in [1, 1048576], got 2000000"); nullopt when inside. One wording for
+// every range check, in files and flags alike.
+std::optional<std::string> out_of_range_reason(int64_t value, int64_t lo, int64_t hi);
+
 // A typed view of one JSON object that knows which file and JSON path it came from, so
 // every error names both ("cluster.json: /gpu/hbm_bytes: must be positive, got -1").
 class JsonReader {
@@ -30,8 +35,12 @@ class JsonReader {
   int64_t integer_or(std::string_view key, int64_t fallback) const;
   int64_t positive_integer(std::string_view key) const;
   int64_t positive_integer_or(std::string_view key, int64_t fallback) const;
-  double number(std::string_view key) const;
+  // Range-checked: outside [lo, hi] is an error naming the range.
+  int64_t integer_in(std::string_view key, int64_t lo, int64_t hi) const;
+  int64_t integer_in_or(std::string_view key, int64_t lo, int64_t hi, int64_t fallback) const;
+  double number(std::string_view key) const;  // finite
   double number_or(std::string_view key, double fallback) const;
+  double number_in(std::string_view key, double lo, double hi) const;
   double non_negative_number(std::string_view key) const;
   bool boolean(std::string_view key) const;
   bool boolean_or(std::string_view key, bool fallback) const;

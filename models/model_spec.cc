@@ -21,6 +21,21 @@ int64_t parameter_count(const Module& module) {
   return count;
 }
 
+std::optional<int64_t> parameter_count_within(const Module& module, int64_t limit) {
+  int64_t count = 0;
+  bool over = false;
+  for_each_module(module, [&](const Module& m) {
+    for (const Parameter& p : m.parameters) {
+      int64_t numel = 1;
+      for (int64_t dim : p.shape) over = over || __builtin_mul_overflow(numel, dim, &numel);
+      over = over || __builtin_add_overflow(count, numel, &count) || count > limit;
+      if (over) return;
+    }
+  });
+  if (over) return std::nullopt;
+  return count;
+}
+
 int64_t trainable_parameter_count(const Module& module) {
   int64_t count = 0;
   for_each_module(module, [&](const Module& m) {

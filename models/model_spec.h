@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,9 @@ void for_each_module(const Module& root, const std::function<void(const Module&)
 
 // Parameters owned by `module` and all its descendants.
 int64_t parameter_count(const Module& module);
+// Parameters owned by the tree, counted without overflow (a shape's dimensions may
+// multiply past int64): nullopt when they exceed `limit`.
+std::optional<int64_t> parameter_count_within(const Module& module, int64_t limit);
 // Parameters with requires_grad: the ones with gradients and optimizer state.
 int64_t trainable_parameter_count(const Module& module);
 // Parameters weighted by the share of tokens that use them: the MoE "active" count.

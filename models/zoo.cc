@@ -9,6 +9,7 @@
 #include "models/error.h"
 #include "models/explicit_model.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/suggest.h"
 #include "models/transformer_builder.h"
 
@@ -21,8 +22,9 @@ std::vector<std::string> model_zoo_names() {
   return names;
 }
 
-ModelSpec model_from_json(const nlohmann::json& json, const std::string& label) {
-  const JsonReader reader(json, label);
+namespace {
+
+ModelSpec build_model(const JsonReader& reader) {
   const std::string family = reader.string("family");
   if (family == "transformer" || family == "moe") {
     const bool moe = family == "moe";
@@ -32,6 +34,25 @@ ModelSpec model_from_json(const nlohmann::json& json, const std::string& label) 
   if (family == "explicit") return parse_explicit_model(reader);
   const std::vector<std::string> valid = {"transformer", "moe", "explicit"};
   reader.fail("family", unknown_name_message("model family", family, valid));
+}
+
+}  // namespace
+
+ModelSpec model_from_json(const nlohmann::json& json, const std::string& label) {
+  const JsonReader reader(json, label);
+  ModelSpec model = build_model(reader);
+  // Every later count (bytes of ZeRO state, buffers, FLOPs) is bounded by this one.
+  if (!parameter_count_within(model.root, limits::kMaxModelParameters)) {
+    reader.fail(model.family == "explicit" ? "root" : "",
+                fmt::format("{} more than {} (2^47) parameters, the most shardplan plans for "
+                            "(the largest published model has 1.6e12)",
+                            model.family == "explicit"
+                                ? "the parameter shapes add up to"
+                                : "hidden_size, ffn_hidden_size, num_layers, vocab_size and the "
+                                  "experts give",
+                            limits::kMaxModelParameters));
+  }
+  return model;
 }
 
 ModelSpec load_model(const std::string& name_or_file) {

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/fsdp_units.h"
@@ -44,12 +46,6 @@ Enum parse_enum(const JsonReader& r, std::string_view key, const NameTable<Enum,
   const std::string text = r.string(key);
   if (auto value = value_of(table, text)) return *value;
   r.fail(key, unknown_name_message(std::string(key) + " value", text, names_of(table)));
-}
-
-int64_t non_negative(const JsonReader& r, std::string_view key, int64_t fallback) {
-  const int64_t v = r.integer_or(key, fallback);
-  if (v < 0) r.fail(key, fmt::format("must not be negative, got {}", v));
-  return v;
 }
 
 DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
@@ -128,32 +124,33 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   r.expect_only(fsdp_config_keys());
   FsdpConfig c;
   c.sharding_strategy = parse_enum(r, "sharding_strategy", kStrategies, c.sharding_strategy);
-  c.dp_shard = r.positive_integer_or("dp_shard", 0);
-  c.dp_outer = r.positive_integer_or("dp_outer", 1);
+  c.dp_shard = r.integer_in_or("dp_shard", 1, limits::kMaxGpus, 0);
+  c.dp_outer = r.integer_in_or("dp_outer", 1, limits::kMaxGpus, 1);
   c.outer_strategy = parse_enum(r, "outer_strategy", kOuter, c.outer_strategy);
   if (r.has("unit_modules")) {
     c.unit_modules = r.strings("unit_modules");
     if (c.unit_modules.empty()) r.fail("unit_modules", "must name at least one pattern");
   }
-  if (r.has("bucket_bytes")) c.bucket_bytes = r.positive_integer("bucket_bytes");
-  c.forward_prefetch = non_negative(r, "forward_prefetch", c.forward_prefetch);
-  c.backward_prefetch = non_negative(r, "backward_prefetch", c.backward_prefetch);
+  if (r.has("bucket_bytes"))
+    c.bucket_bytes = r.integer_in("bucket_bytes", 1, limits::kMaxPoolBytes);
+  // Deeper than the model has units is the same as all of them.
+  constexpr int64_t kMaxDepth = int64_t{1} << 20;
+  c.forward_prefetch = r.integer_in_or("forward_prefetch", 0, kMaxDepth, c.forward_prefetch);
+  c.backward_prefetch = r.integer_in_or("backward_prefetch", 0, kMaxDepth, c.backward_prefetch);
   c.async_reduce = r.boolean_or("async_reduce", c.async_reduce);
-  c.max_live_grad_buffers = r.positive_integer_or("max_live_grad_buffers", c.max_live_grad_buffers);
+  c.max_live_grad_buffers =
+      r.integer_in_or("max_live_grad_buffers", 1, kMaxDepth, c.max_live_grad_buffers);
   if (r.has("recompute")) {
     c.recompute = parse_recompute(r.string("recompute"), r.file(), r.path_of("recompute"));
   }
-  c.micro_batch = r.positive_integer_or("micro_batch", c.micro_batch);
-  c.grad_accum = r.positive_integer_or("grad_accum", c.grad_accum);
-  c.seq_len = r.positive_integer_or("seq_len", c.seq_len);
-  // Token counts stay exact in doubles and far from int64 overflow.
-  constexpr int64_t kMaxTokens = int64_t{1} << 40;
-  if (c.micro_batch > kMaxTokens / c.seq_len) {
+  c.micro_batch = r.integer_in_or("micro_batch", 1, limits::kMaxTokensPerMicroBatch, c.micro_batch);
+  c.grad_accum = r.integer_in_or("grad_accum", 1, limits::kMaxGradAccum, c.grad_accum);
+  c.seq_len = r.integer_in_or("seq_len", 1, limits::kMaxTokensPerMicroBatch, c.seq_len);
+  if (c.micro_batch > limits::kMaxTokensPerMicroBatch / c.seq_len) {
     r.fail(r.has("micro_batch") ? "micro_batch" : "seq_len",
-           fmt::format("micro_batch × seq_len = {} × {} tokens exceeds 2^40", c.micro_batch,
-                       c.seq_len));
+           fmt::format("micro_batch × seq_len = {} × {} tokens exceeds {} (2^24) per micro-batch",
+                       c.micro_batch, c.seq_len, limits::kMaxTokensPerMicroBatch));
   }
-  if (c.grad_accum > (int64_t{1} << 30)) r.fail("grad_accum", "exceeds 2^30 micro-batches");
   c.param_dtype = dtype_field(r, "param_dtype", c.param_dtype);
   if (dtype_bytes(c.param_dtype) == 1) {
     r.fail("param_dtype",
@@ -311,7 +308,16 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                      fmt::format("{} exceeds the {} positions {} was built with", c.seq_len,
                                  model.max_seq_len, model.name));
   }
-  find_fsdp_units(model, c.unit_modules, label);
+  // The plan grows with units × micro-batches; refuse up front what would not fit in memory.
+  const auto units = static_cast<int64_t>(find_fsdp_units(model, c.unit_modules, label).size());
+  if (c.grad_accum > limits::kMaxUnitMicroBatches / std::max<int64_t>(units, 1)) {
+    throw InputError(
+        label, "/grad_accum",
+        fmt::format("{} micro-batches of {} FSDP units would make a plan of {} unit passes, "
+                    "more than the {} shardplan plans at once (about 2 GB); simulate fewer "
+                    "micro-batches and scale: the step time grows about linearly with them",
+                    c.grad_accum, units, c.grad_accum * units, limits::kMaxUnitMicroBatches));
+  }
   return c;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "models/error.h"
 #include "planner/fsdp_units.h"
 #include "planner/param_groups.h"
 #include "planner/schedule.h"
@@ -99,6 +100,23 @@ void add_persistent_buffers(Plan& plan) {
   }
 }
 
+// Buffers hold int64 byte counts: a micro-batch whose activations pass 2^58 bytes per GPU
+// (256 PiB; the largest GPU has 288 GB) is refused before any of them is made. Only an
+// explicit model with very large per-token footprints can get there within the token limit.
+void check_activation_bytes(const std::vector<PlanSegment>& segments, const BatchShape& shape) {
+  constexpr double kMaxActivationBytes = 0x1p58;
+  double total = 0;
+  for (const PlanSegment& s : segments) total += s.full_activation_bytes + s.io_bytes;
+  if (total > kMaxActivationBytes) {
+    throw InputError(
+        "config", "/micro_batch",
+        fmt::format("one micro-batch of {} × {} tokens saves {:.3g} bytes of activations per GPU, "
+                    "more than 2^58; the model's per-token footprints or the micro-batch are "
+                    "beyond any real job",
+                    shape.micro_batch, shape.seq_len, total));
+  }
+}
+
 }  // namespace
 
 std::vector<PoolRequest> transient_pool_requests(const Plan& plan) {
@@ -161,6 +179,7 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
                          .seq_len = c.seq_len,
                          .activation_bytes = dtype_bytes(c.param_dtype)};
   plan.segments = build_segments(traced_modules(model, units), shape, c.recompute);
+  check_activation_bytes(plan.segments, shape);
   plan.model_flops = model_training_flops(model.root, shape) * static_cast<double>(c.grad_accum);
   plan.tokens_per_gpu = shape.tokens() * c.grad_accum;
   add_persistent_buffers(plan);

@@ -2,10 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/suggest.h"
@@ -271,26 +267,6 @@ Plan read_plan_file(const std::string& path) {
                      "invalid plan: " + error->message);
   }
   return plan;
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", "cannot write the file");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw InputError(path, "", "writing failed");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::remove(temporary.c_str());
-    throw InputError(path, "", "cannot replace the file: " + error.message());
-  }
 }
 
 }  // namespace shardplan

@@ -19,8 +19,4 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label);
 // or inconsistent plan is an InputError naming the file.
 Plan read_plan_file(const std::string& path);
 
-// Writes `text` to `path` through a temporary file and a rename, so a failed write never
-// leaves a half-written file. Throws InputError naming the path.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace shardplan

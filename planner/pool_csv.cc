@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include "models/error.h"
+#include "models/json_reader.h"
+#include "models/limits.h"
 
 namespace shardplan {
 namespace {
@@ -39,6 +41,7 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
       offset_col = -1;
   bool inclusive_end = false;
   std::unordered_set<std::string> ids;
+  int64_t total_bytes = 0;
   while (pos <= text.size()) {
     const auto newline = text.find('\n', pos);
     std::string_view line = text.substr(
@@ -104,25 +107,38 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
       }
       return value;
     };
+    auto in_range = [&](int col, const char* name, int64_t lo, int64_t hi) {
+      const int64_t value = integer(col, name);
+      if (auto reason = out_of_range_reason(value, lo, hi))
+        throw InputError(label, where(name), *reason);
+      return value;
+    };
+    // Bounds that keep every offset, end and stack of aligned buffers inside int64: half
+    // the pool limit for the sizes, the rest for the alignment each buffer may add.
+    constexpr int64_t kMaxTotalBytes = limits::kMaxPoolBytes / 2;
     PoolRequest r;
-    r.begin = integer(lower_col, "lower");
-    r.end = integer(upper_col, inclusive_end ? "end" : "upper") + (inclusive_end ? 1 : 0);
-    r.bytes = integer(size_col, "size");
-    if (alignment_col >= 0) {
-      r.alignment = integer(alignment_col, "alignment");
-      if (r.alignment <= 0) throw InputError(label, where("alignment"), "must be positive");
-    }
+    r.begin = in_range(lower_col, "lower", 0, limits::kMaxPoolTime - 1);
+    r.end = inclusive_end ? in_range(upper_col, "end", 0, limits::kMaxPoolTime - 1) + 1
+                          : in_range(upper_col, "upper", 0, limits::kMaxPoolTime);
+    r.bytes = in_range(size_col, "size", 1, kMaxTotalBytes);
+    if (alignment_col >= 0)
+      r.alignment = in_range(alignment_col, "alignment", 1, limits::kMaxAlignmentBytes);
     if (offset_col >= 0) integer(offset_col, "offset");
-    if (r.bytes <= 0)
-      throw InputError(label, where("size"), fmt::format("must be positive, got {}", r.bytes));
     if (r.begin >= r.end) {
       throw InputError(label, where("lower"),
                        fmt::format("lower {} is not below upper {}", r.begin, r.end));
     }
+    if (r.bytes > kMaxTotalBytes - total_bytes) {
+      throw InputError(label, where("size"),
+                       fmt::format("the sizes add up past {} (2^61) bytes", kMaxTotalBytes));
+    }
+    total_bytes += r.bytes;
     const std::string& id = fields[static_cast<std::size_t>(id_col)];
     if (!ids.insert(id).second)
       throw InputError(label, where("id"), fmt::format("duplicate id '{}'", id));
     if (offset_col >= 0) fields.erase(fields.begin() + offset_col);
+    if (table.requests.size() >= (std::size_t{1} << 31))
+      throw InputError(label, where(""), "more than 2^31 buffers");
     table.rows.push_back(std::move(fields));
     table.requests.push_back(r);
   }

@@ -140,7 +140,10 @@ std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& bu
     for (int64_t s = in.section_lo[i]; s < in.section_hi[i]; ++s) {
       total = std::max(total, section_total[static_cast<std::size_t>(s)]);
     }
-    keys.push_back({in.length[i], in.size[i] * in.length[i], total, b});
+    // Saturates: only the order matters, and sizes × lifetimes may pass int64.
+    int64_t area = 0;
+    if (__builtin_mul_overflow(in.size[i], in.length[i], &area)) area = INT64_MAX;
+    keys.push_back({in.length[i], area, total, b});
   }
   std::sort(keys.begin(), keys.end(), [&](const Keys& a, const Keys& b) {
     for (Key k : heuristic) {

@@ -150,6 +150,21 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
                               named([](const std::string& t) { return parse_allocator(t); },
                                     [] { return allocator_names(); }, "allocator"));
   }
+  // Every configuration is planned and kept with its summary (about 1 KB each): a space
+  // past 100 000 of them would take hours and gigabytes, and is a typo more often than not.
+  constexpr int64_t kMaxConfigs = 100'000;
+  int64_t configs = 1;
+  for (const std::size_t n :
+       {s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(), s.bucket_bytes.size(),
+        s.prefetch.size(), s.recompute.size(), s.micro_batches.size(), s.fp8_param_gather.size(),
+        s.double_buffer.size(), s.allocators.size()}) {
+    configs = std::min<int64_t>(configs * static_cast<int64_t>(std::max<std::size_t>(n, 1)),
+                                kMaxConfigs + 1);
+  }
+  if (configs > kMaxConfigs) {
+    r.fail("", fmt::format("the lists multiply to more than {} configurations; search in stages",
+                           kMaxConfigs));
+  }
   return s;
 }
 
@@ -268,7 +283,7 @@ SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
       } catch (const InputError& e) {
         p.config = configs[i];
         p.state = PointState::invalid;
-        p.reason = e.reason();
+        p.reason = e.field().empty() ? e.reason() : e.field() + ": " + e.reason();
       } catch (...) {
         std::lock_guard lock(failure_mutex);
         if (!failure) failure = std::current_exception();

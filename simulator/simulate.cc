@@ -149,7 +149,9 @@ std::vector<int64_t> critical_path(const Graph& g, const std::vector<double>& en
 
 struct MemoryEvent {
   double time;
-  bool allocate;  // frees first at equal times (half-open lifetimes)
+  // At equal times frees come first (half-open lifetimes), then allocations, then the
+  // frees of buffers allocated at that same time (every op touching them took no time).
+  enum Order { free_earlier, allocate, free_same_time } order;
   int64_t buffer;
 };
 
@@ -169,12 +171,15 @@ void simulate_memory(const Plan& plan, Timeline& t) {
       continue;
     }
     if (b.bytes <= 0 || !spans[bi].used) continue;
-    events.push_back({spans[bi].alloc, true, b.id});
-    events.push_back({spans[bi].free, false, b.id});
+    events.push_back({spans[bi].alloc, MemoryEvent::allocate, b.id});
+    events.push_back(
+        {spans[bi].free,
+         spans[bi].free > spans[bi].alloc ? MemoryEvent::free_earlier : MemoryEvent::free_same_time,
+         b.id});
   }
   std::sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
     if (a.time != b.time) return a.time < b.time;
-    if (a.allocate != b.allocate) return !a.allocate;
+    if (a.order != b.order) return a.order < b.order;
     return a.buffer < b.buffer;
   });
   const int64_t base = plan.non_tensor_bytes;
@@ -200,7 +205,7 @@ void simulate_memory(const Plan& plan, Timeline& t) {
   for (const MemoryEvent& e : events) {
     const PlanBuffer& b = plan.buffers[static_cast<std::size_t>(e.buffer)];
     const auto bi = static_cast<std::size_t>(e.buffer);
-    if (e.allocate) {
+    if (e.order == MemoryEvent::allocate) {
       live += b.bytes;
       if (caching) handle[bi] = allocator.allocate(b.bytes);
     } else {

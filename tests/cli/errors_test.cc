@@ -288,6 +288,147 @@ std::vector<ErrorCase> error_cases() {
        "@k.json: /gpu/sm_cout",
        {"unknown field 'sm_cout'", "did you mean 'sm_count'?"},
        {{"k.json", with(small_cluster(), nlohmann::json::json_pointer("/gpu/sm_cout"), 132)}}});
+
+  // Values no real job uses, and arithmetic that would overflow (issue: absurd inputs).
+  cases.push_back({"grad_accum_plan_too_large",
+                   {"simulate", "--set", "grad_accum=1000000", "--json"},
+                   "config (with flags): /grad_accum",
+                   {"1000000 micro-batches of 33 FSDP units", "more than the 200000"}});
+  cases.push_back({"grad_accum_past_limit",
+                   {"simulate", "--set", "grad_accum=2000000", "--json"},
+                   "config (with flags): /grad_accum",
+                   {"must be in [1, 1048576], got 2000000"}});
+  cases.push_back({"seq_len_no_job_uses",
+                   {"simulate", "--set", "seq_len=99999999999", "--json"},
+                   "config (with flags): /seq_len",
+                   {"must be in [1, 16777216], got 99999999999"}});
+  cases.push_back({"tokens_per_micro_batch",
+                   {"simulate", "--set", "micro_batch=4096", "--set", "seq_len=8192", "--json"},
+                   "config (with flags): /micro_batch",
+                   {"4096 × 8192 tokens exceeds 16777216"}});
+  cases.push_back(
+      {"dp_product_would_wrap",
+       {"simulate", "--set", "dp_shard=4611686018427387906", "--set", "dp_outer=4", "--json"},
+       "config (with flags): /dp_shard",
+       {"must be in [1, 1048576]"}});
+  cases.push_back({"prefetch_past_int64",
+                   {"simulate", "--set", "forward_prefetch=9223372036854775808", "--json"},
+                   "config (with flags): /forward_prefetch",
+                   {"exceeds the largest integer"}});
+  cases.push_back({"config_number_past_double",
+                   {"simulate", "--config", "@c.json", "--json"},
+                   "@c.json",
+                   {"invalid JSON: number overflow parsing '1e999'"},
+                   {{"c.json", R"({"micro_batch": 1e999})"}}});
+  cases.push_back({"nodes_past_gpu_limit",
+                   {"simulate", "--nodes", "4611686018427387904", "--json"},
+                   "--nodes",
+                   {"exceed 1048576 GPUs"}});
+  cases.push_back({"gpus_past_gpu_limit",
+                   {"simulate", "--gpus", "2097152", "--json"},
+                   "--gpus",
+                   {"2097152 exceeds 1048576 GPUs"}});
+  cases.push_back(
+      {"cluster_bandwidth_in_gigabytes",
+       {"simulate", "--cluster", "@k.json", "--json"},
+       "@k.json: /intra_node/bandwidth_bytes_per_s",
+       {"must be in [1e+08, 1e+14], got 450"},
+       {{"k.json", with(small_cluster(),
+                        nlohmann::json::json_pointer("/intra_node/bandwidth_bytes_per_s"), 450)}}});
+  cases.push_back({"pack_sizes_past_int64",
+                   {"pack", "--input", "@b.csv"},
+                   "@b.csv: line 2, column size",
+                   {"must be in [1, 2305843009213693952], got 9223372036854775807"},
+                   {{"b.csv",
+                     "id,lower,upper,size\n0,0,2,9223372036854775807\n"
+                     "1,1,3,9223372036854775807\n"}}});
+  cases.push_back({"pack_sizes_add_up_past_int64",
+                   {"pack", "--input", "@b.csv"},
+                   "@b.csv: line 3, column size",
+                   {"the sizes add up past 2305843009213693952 (2^61) bytes"},
+                   {{"b.csv", "id,lower,upper,size\n0,0,2,2305843009213693952\n1,1,3,1\n"}}});
+  cases.push_back({"pack_inclusive_end_overflows",
+                   {"pack", "--input", "@b.csv"},
+                   "@b.csv: line 2, column end",
+                   {"must be in [0, 4611686018427387903], got 9223372036854775807"},
+                   {{"b.csv", "id,start,end,size\n0,0,9223372036854775807,8\n"}}});
+  cases.push_back({"pack_negative_time",
+                   {"pack", "--input", "@b.csv"},
+                   "@b.csv: line 2, column lower",
+                   {"must not be negative, got -5"},
+                   {{"b.csv", "id,lower,upper,size\n0,-5,3,8\n"}}});
+  const std::string csv = "id,lower,upper,size\n0,0,2,8\n";
+  cases.push_back({"pack_alignment_huge",
+                   {"pack", "--input", "@b.csv", "--alignment", "4611686018427387904"},
+                   "--alignment",
+                   {"must be in [1, 1073741824]"},
+                   {{"b.csv", csv}}});
+  cases.push_back({"pack_time_limit_nan",
+                   {"pack", "--input", "@b.csv", "--time-limit", "nan"},
+                   "--time-limit",
+                   {"must be positive, got nan"},
+                   {{"b.csv", csv}}});
+  cases.push_back({"pack_time_limit_huge",
+                   {"pack", "--input", "@b.csv", "--time-limit", "1e30"},
+                   "--time-limit",
+                   {"must be at most 604800 seconds"},
+                   {{"b.csv", csv}}});
+  cases.push_back({"pack_capacity_huge",
+                   {"pack", "--input", "@b.csv", "--capacity", "9223372036854775807"},
+                   "--capacity",
+                   {"must be in [1, 4611686018427387904]"},
+                   {{"b.csv", csv}}});
+  cases.push_back({"collective_bytes_huge",
+                   {"collective", "--op", "all_gather", "--bytes", "1e30"},
+                   "--bytes",
+                   {"must be at most"}});
+  cases.push_back({"sweep_jobs_huge",
+                   {"sweep", "--model", "tiny", "--jobs", "1048577"},
+                   "--jobs",
+                   {"must be in [0, 1024], got 1048577"}});
+  cases.push_back({"sweep_mem_cap_huge",
+                   {"sweep", "--model", "tiny", "--mem-cap", "1e30"},
+                   "--mem-cap",
+                   {"must be at most"}});
+  cases.push_back({"sweep_every_configuration_invalid",
+                   {"sweep", "--model", "tiny", "--prefetch", "9223372036854775807"},
+                   "sweep",
+                   {"all 504 configurations are invalid", "): /forward_prefetch",
+                    "must be in [0, 1048576], got 9223372036854775807"}});
+  cases.push_back({"sweep_mem_cap_below_a_byte",
+                   {"sweep", "--model", "tiny", "--mem-cap", "0.000001"},
+                   "--mem-cap",
+                   {"must be at least 1 byte"}});
+  cases.push_back({"sweep_space_too_large",
+                   {"sweep", "--model", "tiny", "--space", "@s.json"},
+                   "@s.json",
+                   {"more than 100000 configurations"},
+                   {{"s.json", [] {
+                       nlohmann::json prefetch = nlohmann::json::array();
+                       for (int i = 0; i < 400; ++i) prefetch.push_back(i);
+                       nlohmann::json micro = nlohmann::json::array();
+                       for (int i = 1; i <= 400; ++i) micro.push_back(i);
+                       return nlohmann::json{{"prefetch", prefetch}, {"micro_batch", micro}}.dump();
+                     }()}}});
+  cases.push_back({"explicit_modules_nested_too_deep",
+                   {"describe", "--model", "@m.json", "--json"},
+                   "@m.json: /root" +
+                       [] {
+                         std::string path;
+                         for (int i = 0; i < 257; ++i) path += "/children/0";
+                         return path;
+                       }(),
+                   {"modules nest deeper than 256 levels"},
+                   {{"m.json", [] {
+                       nlohmann::json leaf = {{"name", "leaf"},
+                                              {"parameters", {{{"name", "w"}, {"shape", {4}}}}}};
+                       for (int i = 0; i < 300; ++i)
+                         leaf = {{"name", "m" + std::to_string(i)}, {"children", {leaf}}};
+                       return nlohmann::json{{"name", "deep"},
+                                             {"family", "explicit"},
+                                             {"root", {{"children", {leaf}}}}}
+                           .dump();
+                     }()}}});
   return cases;
 }
 
@@ -372,6 +513,8 @@ TEST_P(BadFlagTest, ExitsNonZeroNamingTheFlag) {
   EXPECT_GT(r.exit_code, 1) << "CLI11's codes, not shardplan's bad-input 1: " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_THAT(r.err, HasSubstr(c.mentions));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_TRUE(r.err.starts_with(kErrorPrefix)) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -384,6 +527,12 @@ INSTANTIATE_TEST_SUITE_P(
                     {"describe", "--config", "/nonexistent/dir/config.json"},
                     "--config"},
         BadFlagCase{"unknown_flag", {"describe", "--bogus"}, "--bogus"},
+        BadFlagCase{"negative_depth",
+                    {"trace", "import", SHARDPLAN_SHARED_DIR "/traces-real/nccl_data.json.gz",
+                     "--depth", "-1"},
+                    "--depth: must be at least 0, got -1"},
+        BadFlagCase{"fractional_nodes", {"describe", "--nodes", "0.5"}, "expected a whole number"},
+        BadFlagCase{"nan_prefetch", {"sweep", "--prefetch", "nan"}, "--prefetch"},
         BadFlagCase{"no_subcommand", {}, "subcommand"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& param_info) { return param_info.param.name; });
 

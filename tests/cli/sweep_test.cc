@@ -124,7 +124,7 @@ namespace {
 
 TEST(SweepCommand, FlagErrorsNameTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"-j", "-1"}, "-j: must be positive"},
+      {{"-j", "-1"}, "--jobs: must not be negative"},
       {{"--top", "0"}, "--top: must be positive"},
       {{"--global-batch", "8", "--global-batch-tokens", "8192"}, "--global-batch-tokens"},
   };

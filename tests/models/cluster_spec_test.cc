@@ -111,7 +111,7 @@ TEST(ClusterFile, BadFieldsNameTheirPath) {
   expect_error(j, "/gpu/hbm_bytes", "required field is missing");
   j = good;
   j["gpu"]["bf16_dense_flops"] = -1;
-  expect_error(j, "/gpu/bf16_dense_flops", "must be positive");
+  expect_error(j, "/gpu/bf16_dense_flops", "must be in [1e+12, 1e+18], got -1");
   j = good;
   j["intra_node"]["bandwith_bytes_per_s"] = 1;
   expect_error(j, "/intra_node/bandwith_bytes_per_s", "did you mean 'bandwidth_bytes_per_s'");
@@ -133,6 +133,54 @@ TEST(ClusterFile, BadFieldsNameTheirPath) {
   j = good;
   j["compute"]["gemm_eficiency"] = 0.5;
   expect_error(j, "/compute/gemm_eficiency", "did you mean 'gemm_efficiency'");
+}
+
+// Unit slips give a confident, wrong answer unless refused: each value below is what a
+// datasheet number becomes in the wrong unit (GB/s for B/s, µs for s, GB for bytes, bits
+// for bytes), or a value no hardware has.
+TEST(ClusterFile, PhysicallyImplausibleValuesAreRefused) {
+  const nlohmann::json good = parse_json_text(cluster_zoo_files().front().text, "x");
+  struct Case {
+    nlohmann::json::json_pointer field;
+    nlohmann::json value;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"/gpu/hbm_bandwidth_bytes_per_s"_json_pointer, 3350, "must be in [1e+10, 1e+15]"},
+      {"/gpu/hbm_measured_bandwidth_bytes_per_s"_json_pointer, 1e300, "must be in [1e+10, 1e+15]"},
+      {"/gpu/hbm_bytes"_json_pointer, 80, "must be in [1073741824, 17592186044416], got 80"},
+      {"/gpu/bf16_dense_flops"_json_pointer, 989.4, "must be in [1e+12, 1e+18]"},
+      {"/gpu/fp8_dense_flops"_json_pointer, 1979, "must be 0 (no FP8) or in [1e+12, 1e+18]"},
+      {"/gpu/sm_count"_json_pointer, 1 << 20, "must be in [1, 4096]"},
+      {"/intra_node/latency_s"_json_pointer, 0.6, "must be in [0, 0.01]"},
+      {"/inter_node/bandwidth_bytes_per_s"_json_pointer, 400, "must be in [1e+08, 1e+14]"},
+      {"/inter_node/measured_bus_bandwidth_bytes_per_s"_json_pointer, 0, "must be in [1e+08"},
+      {"/nccl/base_latency_s"_json_pointer, 6.6, "must be in [0, 0.01]"},
+      {"/gpus_per_node"_json_pointer, int64_t{1} << 62, "must be in [1, 1024]"},
+      {"/gpus_per_node"_json_pointer, 18446744073709551615ULL, "exceeds the largest integer"},
+      {"/gpus_per_node"_json_pointer, 1e30, "expected an integer, got 1e+30"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    j[c.field] = c.value;
+    SCOPED_TRACE(c.field.to_string() + " = " + c.value.dump());
+    testing::expect_input_error([&] { cluster_from_json(j, "slip.json"); }, c.field.to_string(),
+                                c.reason, "slip.json");
+  }
+}
+
+// JSON has no infinity; a literal past the double range is a parse error (nlohmann throws
+// out_of_range for it, not parse_error: it used to escape as an internal error).
+TEST(ClusterFile, ALiteralPastTheDoubleRangeIsRefused) {
+  std::string text(cluster_zoo_files().front().text);
+  const std::string key = "\"latency_s\": ";
+  const auto at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const auto end = text.find_first_of(",\n}", at + key.size());
+  text.replace(at + key.size(), end - at - key.size(), "1e999");
+  testing::expect_input_error(
+      [&] { cluster_from_json(parse_json_text(text, "inf.json"), "inf.json"); }, "",
+      "invalid JSON: number overflow parsing '1e999'", "inf.json");
 }
 
 TEST(ClusterFile, ComputeSectionIsOptional) {
