@@ -105,7 +105,9 @@ TEST(HostileInput, EveryClusterFieldIsRefusedByNameOrPredictsFinitely) {
         const std::string blamed = field == "/gpu/sm_count"    ? "/nccl/collective_sms"
                                    : field == "/gpu/hbm_bytes" ? "/non_tensor_bytes"
                                                                : field;
-        if (e.field() != field) EXPECT_EQ(e.field(), blamed) << e.what();
+        if (e.field() != field) {
+          EXPECT_EQ(e.field(), blamed) << e.what();
+        }
         ++refused;
         continue;
       }
