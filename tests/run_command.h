@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +19,14 @@ CommandResult run_shardplan(const std::vector<std::string>& args);
 
 // Runs `program` (a path, or a name looked up on PATH) the same way.
 CommandResult run_program(const std::string& program, const std::vector<std::string>& args);
+
+// Runs `program` with RLIMIT_FSIZE at `max_file_bytes`: the kernel kills it (SIGXFSZ)
+// the moment it writes past that offset in any regular file, which is a process killed
+// in the middle of writing its output. stdout and stderr go to /dev/null, which the limit
+// does not cover; `exit_code` is 128 + the signal when it was killed.
+CommandResult run_with_file_size_limit(const std::string& program,
+                                       const std::vector<std::string>& args,
+                                       int64_t max_file_bytes);
 
 // Parses stdout as JSON; fails the current test if it does not parse.
 nlohmann::json stdout_json(const CommandResult& result);
