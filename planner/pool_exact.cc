@@ -416,7 +416,10 @@ Outcome decide(const Instance& in, int64_t capacity, Clock::time_point deadline,
     int64_t limit = static_cast<int64_t>(buffers.size());
     Outcome outcome = Outcome::aborted;
     while (outcome == Outcome::aborted) {
-      limit *= 2;
+      // The other search finished: every restart would stop at its first node.
+      if (shared != nullptr && shared->done.load(std::memory_order_relaxed))
+        return Outcome::aborted;
+      limit = limit > INT64_MAX / 2 ? INT64_MAX : limit * 2;
       for (std::size_t k = 0; k < kHeuristics.size(); ++k) {
         const Heuristic& heuristic = kHeuristics[(k + rotation) % kHeuristics.size()];
         int64_t left = node_budget > 0 ? std::min(limit, node_budget - nodes) : limit;
