@@ -245,6 +245,9 @@ TEST(Pool, AlignmentRaisesTheLowerBound) {
 }
 
 TEST(Pool, AutoReachesTheBoundOnPanGu) {
+#ifdef SHARDPLAN_SANITIZED
+  GTEST_SKIP() << "quality within a time limit: the sanitizers slow the search several-fold";
+#endif
   // Best fit stops 0.76 % over the bound; squeaky-wheel rounds reach it (SOURCE.md: plain
   // greedy by size is 3.34 % over).
   const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) +
