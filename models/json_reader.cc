@@ -24,7 +24,9 @@ std::string brief(const nlohmann::json& value) {
   if (value.is_array()) return fmt::format("an array of {} items", value.size());
   if (value.is_object()) return fmt::format("an object of {} fields", value.size());
   constexpr std::size_t kMaxChars = 60;
-  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  // Invalid UTF-8 (a --set value is any bytes) is shown replaced, not thrown.
+  std::string text =
+      value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
   if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
   return text;
 }

@@ -260,7 +260,15 @@ void apply_overrides(nlohmann::json& config, const std::vector<std::string>& ass
       throw InputError("--set", key, unknown_name_message("config key", key, keys));
     }
     nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = text;
+    if (value.is_discarded()) {
+      // A JSON string must be UTF-8: plans and configs that carry it are written as JSON.
+      value = text;
+      try {
+        (void)value.dump();
+      } catch (const nlohmann::json::type_error&) {
+        throw InputError("--set", key, "the value is not valid UTF-8 text");
+      }
+    }
     config[key] = std::move(value);
   }
 }

@@ -290,6 +290,12 @@ std::vector<ErrorCase> error_cases() {
        {{"k.json", with(small_cluster(), nlohmann::json::json_pointer("/gpu/sm_cout"), 132)}}});
 
   // Values no real job uses, and arithmetic that would overflow (issue: absurd inputs).
+  // Found by the config fuzz target: a raw --set value is any bytes, and JSON text must
+  // be UTF-8 (it escaped as nlohmann's type_error, an internal error).
+  cases.push_back({"set_value_not_utf8",
+                   {"simulate", "--set", "dp_outer=\xa9"},
+                   "--set: dp_outer",
+                   {"not valid UTF-8"}});
   cases.push_back({"grad_accum_plan_too_large",
                    {"simulate", "--set", "grad_accum=1000000", "--json"},
                    "config (with flags): /grad_accum",
