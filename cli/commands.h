@@ -93,6 +93,7 @@ struct ExecuteParams {
   int warmup = 1;
   int steps = 2;
   double compute_scale = 1e-6;
+  double timeout_seconds = 600;  // ReplayOptions::timeout_seconds
   bool no_check = false;
   std::string output;  // measured timeline.json (rank 0)
   bool json = false;

@@ -14,6 +14,7 @@
 #include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "planner/plan_json.h"
 
 namespace shardplan {
@@ -46,6 +47,9 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     throw InputError("", "--steps", *reason);
   if (!(p.compute_scale > 0 && p.compute_scale <= 1))
     throw InputError("", "--compute-scale", "must be in (0, 1]");
+  if (!(p.timeout_seconds > 0 && p.timeout_seconds <= limits::kMaxTimeLimitSeconds))
+    throw InputError("", "--timeout",
+                     fmt::format("must be in (0, {}] seconds", limits::kMaxTimeLimitSeconds));
   const Plan plan = read_plan_file(p.plan);
   if (p.backend == "cuda") require_cuda_device();
   // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
@@ -56,23 +60,38 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   const ReplayOptions options{.warmup = p.warmup,
                               .steps = p.steps,
                               .compute_scale = p.compute_scale,
-                              .check = !p.no_check && p.backend == "cpu"};
+                              .check = !p.no_check && p.backend == "cpu",
+                              .timeout_seconds = p.timeout_seconds};
   const std::unique_ptr<ExecutorBackend> backend =
       p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(mpi.has_value());
   auto abort = [&](int code) {
     if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   };
+  // Whatever stops one rank must stop them all: the others wait for it in a collective,
+  // and MPI_Finalize would wait for them. Each rank that fails says so; the first
+  // MPI_Abort ends the job.
+  const std::string who =
+      backend->world_size() > 1 ? fmt::format(" (rank {})", backend->rank()) : std::string();
   Timeline t;
+  try {
+    check_replayable(plan, backend->world_size());
+  } catch (const InputError& e) {
+    // Every rank finds the same: one says it.
+    if (backend->rank() == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    abort(1);
+  }
   try {
     t = replay(plan, *backend, options);
   } catch (const IntegrityError& e) {
-    // The other ranks wait in a collective: stop them all.
-    err << "shardplan: integrity check failed: " << e.what() << "\n" << std::flush;
+    err << "shardplan: integrity check failed" << who << ": " << e.what() << "\n" << std::flush;
     abort(1);
   } catch (const InputError& e) {
-    if (backend->rank() == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    err << "shardplan: error" << who << ": " << e.what() << "\n" << std::flush;
     abort(1);
+  } catch (const std::exception& e) {
+    err << "shardplan: internal error" << who << ": " << e.what() << "\n" << std::flush;
+    abort(3);
   }
   if (backend->rank() != 0) return 0;
   if (!p.output.empty()) write_file_atomically(p.output, timeline_to_json(t).dump(1) + "\n");

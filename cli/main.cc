@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
       ->add_option("--compute-scale", execute_params.compute_scale,
                    "fraction of each compute op's FLOPs run as a GEMM (cpu)")
       ->capture_default_str();
+  execute
+      ->add_option("--timeout", execute_params.timeout_seconds,
+                   "seconds a rank may wait without progress before the job is ended")
+      ->capture_default_str();
   execute->add_flag("--no-check", execute_params.no_check, "skip the integrity checks");
   execute->add_option("-o,--output", execute_params.output, "write the measured timeline.json");
   execute->add_flag("--json", execute_params.json, "machine-readable summary");

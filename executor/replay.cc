@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
 
+#include "executor/watchdog.h"
 #include "models/error.h"
 #include "planner/plan_validator.h"
 
@@ -97,30 +99,60 @@ std::vector<int64_t> replay_order(const Plan& plan) {
   return order;
 }
 
-Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options) {
+void check_replayable(const Plan& plan, int world_size) {
   if (auto error = validate_plan(plan)) {
     throw InputError("plan", std::string(plan_error_kind_name(error->kind)),
                      "refusing an invalid plan: " + error->message);
   }
-  if (backend.world_size() != plan.num_gpus) {
+  if (world_size != plan.num_gpus) {
     throw InputError("plan", "num_gpus",
                      fmt::format("the plan is for {} GPUs but {} ranks were started (mpirun -np "
                                  "{})",
-                                 plan.num_gpus, backend.world_size(), plan.num_gpus));
+                                 plan.num_gpus, world_size, plan.num_gpus));
   }
+}
+
+Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options) {
+  check_replayable(plan, backend.world_size());
+  // From here on every rank depends on the others: a missing one must end the job.
+  Watchdog watchdog(
+      options.timeout_seconds, fmt::format("rank {} of {}", backend.rank(), backend.world_size()),
+      [&plan](int step, int64_t op) {
+        if (op < 0 || op >= static_cast<int64_t>(plan.ops.size()))
+          return fmt::format("step {} (setup or the step's end, a collective over every rank)",
+                             step);
+        return fmt::format("step {}, op {} '{}'", step, op,
+                           plan.ops[static_cast<std::size_t>(op)].name);
+      });
   backend.prepare(plan);
-  // The pool once at its planned size; persistent buffers one by one.
-  std::byte* pool = backend.allocate(std::max<int64_t>(plan.pool.size_bytes, 1));
+  // The pool once at its planned size; persistent buffers one by one. Released on every
+  // path out, errors included.
+  std::vector<std::byte*> owned;
+  struct Release {
+    ExecutorBackend& backend;
+    std::vector<std::byte*>& owned;
+    ~Release() {
+      for (std::byte* p : owned) backend.release(p);
+    }
+  } release{backend, owned};
+  auto allocate = [&](int64_t bytes, const std::string& what) {
+    try {
+      owned.push_back(backend.allocate(std::max<int64_t>(bytes, 1)));
+    } catch (const std::bad_alloc&) {
+      throw InputError("plan", what,
+                       fmt::format("rank {} cannot allocate {} bytes", backend.rank(), bytes));
+    }
+    return owned.back();
+  };
+  std::byte* pool = allocate(plan.pool.size_bytes, "/pool/size_bytes");
   std::vector<BufferSpan> spans(plan.buffers.size());
   std::vector<BufferSpan> persistent;
-  std::vector<std::byte*> owned;
   for (const PlanBuffer& b : plan.buffers) {
     BufferSpan& s = spans[static_cast<std::size_t>(b.id)];
     s.buffer = &b;
     s.bytes = b.bytes;
     if (b.persistent) {
-      s.data = backend.allocate(std::max<int64_t>(b.bytes, 1));
-      owned.push_back(s.data);
+      s.data = allocate(b.bytes, fmt::format("/buffers/{}/bytes", b.id));
       persistent.push_back(s);
     } else {
       s.data = pool + b.offset;
@@ -132,6 +164,7 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   double step_seconds = 0, timed_total = 0;
   std::vector<BufferSpan> reads, writes;
   for (int step = 0; step < options.warmup + options.steps; ++step) {
+    watchdog.progress(step, -1);
     backend.begin_step(step);
     const double t0 = backend.now();
     for (int64_t id : order) {
@@ -140,10 +173,12 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
       writes.clear();
       for (int64_t b : op.reads) reads.push_back(spans[static_cast<std::size_t>(b)]);
       for (int64_t b : op.writes) writes.push_back(spans[static_cast<std::size_t>(b)]);
+      watchdog.progress(step, id);
       start[static_cast<std::size_t>(id)] = backend.now() - t0;
       backend.run(op, reads, writes);
       end[static_cast<std::size_t>(id)] = backend.now() - t0;
     }
+    watchdog.progress(step, -1);
     if (backend.device_timed()) {
       backend.end_step(start, end);
       step_seconds = backend.max_over_ranks(*std::max_element(end.begin(), end.end()));
@@ -168,8 +203,6 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
   t.summary.peak_reserved_bytes = held;
   t.summary.capacity_bytes = plan.capacity_bytes;
   t.summary.fits = held <= plan.capacity_bytes;
-  for (std::byte* p : owned) backend.release(p);
-  backend.release(pool);
   return t;
 }
 

@@ -19,6 +19,10 @@ struct ReplayOptions {
   // sizes would take hours on a CPU).
   double compute_scale = 1e-6;
   bool check = true;  // integrity checks on real data (CPU backend)
+  // The job ends (Watchdog) when this rank makes no progress for this long: PyTorch's
+  // default NCCL process-group timeout, 10 minutes (c10d ProcessGroupNCCL.hpp,
+  // kProcessGroupNCCLDefaultTimeout).
+  double timeout_seconds = 600;
 };
 
 // A check on real data failed: names the op, the buffer and the byte offset.
@@ -87,8 +91,13 @@ class ExecutorBackend {
   virtual int64_t device_memory_used() { return 0; }
 };
 
+// What replay checks first, the same on every rank: the plan is valid and the world is
+// as large as the plan. InputError otherwise.
+void check_replayable(const Plan& plan, int world_size);
+
 // Validates the plan, allocates the pool once at its planned size and every persistent
-// buffer, then runs warmup + timed steps: ops in an order that respects every dependency
+// buffer (memory this rank cannot get is an InputError naming the buffer), then runs
+// warmup + timed steps under a Watchdog: ops in an order that respects every dependency
 // and each stream's order, communication streams first whenever they may run (as a GPU's
 // would), so a missing dependency shows as a read before a write. Returns a measured
 // Timeline: this rank's op times in the last timed step, and the step time averaged over
