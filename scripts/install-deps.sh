@@ -8,6 +8,7 @@ packages=(
   libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev llvm  # the sanitizer build, libFuzzer and llvm-symbolizer
   python3-torch  # PyTorch 1.13 (CPU) for traces/capture and its tests
   chromium  # headless, to check that simulate --report pages render
 )
