@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <tuple>
+
+#include "planner/pool_placement.h"
 
 namespace shardplan {
 
@@ -113,27 +116,155 @@ std::optional<std::string> check_packing(const std::vector<PoolRequest>& request
 
 namespace {
 
+// Up to this many buffers the exact search follows best fit; past it, with thousands of
+// buffers live at once, a search node costs milliseconds and the search rarely gets past
+// its first probe (0 nodes on bert_nezha's 12 062 buffers in 10 s), so local repair does.
+constexpr std::size_t kExactBuffers = 2000;
+
+// Independent time windows: the buffers split wherever no buffer is live across a time
+// (between micro-batches, between steps). Buffers that take no space join the first.
+std::vector<std::vector<std::size_t>> time_windows(const std::vector<PoolRequest>& requests) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (pool::occupies(requests[i])) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return requests[a].begin != requests[b].begin ? requests[a].begin < requests[b].begin : a < b;
+  });
+  std::vector<std::vector<std::size_t>> windows;
+  int64_t reach = INT64_MIN;
+  for (std::size_t i : order) {
+    if (windows.empty() || requests[i].begin >= reach) windows.emplace_back();
+    windows.back().push_back(i);
+    reach = std::max(reach, requests[i].end);
+  }
+  if (windows.empty()) windows.emplace_back();
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (!pool::occupies(requests[i])) windows.front().push_back(i);
+  }
+  return windows;
+}
+
 class AutoAssigner final : public OffsetAssigner {
  public:
   std::string_view name() const override { return "auto"; }
 
+  // Each independent time window is packed on its own (the pool is as high as the highest
+  // one): a quick best fit of each, then the whole method on those above the lower
+  // bound, each with a share of the time in proportion to its buffers.
   PoolAssignment assign(const std::vector<PoolRequest>& requests,
                         const PackOptions& options) const override {
-    // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans.
-    const auto start = std::chrono::steady_clock::now();
-    PoolAssignment slots = make_slots_assigner()->assign(requests, options);
-    if (slots.proven_optimal && slots.status == PackStatus::solved) return slots;
-    PoolAssignment greedy = make_best_fit_assigner(/*refine=*/true)->assign(requests, options);
-    if (greedy.status == PackStatus::infeasible) return greedy;
-    if (greedy.proven_optimal && greedy.status == PackStatus::solved) return greedy;
-    // The exact search gets what is left of the time limit.
+    using pool::Clock;
+    const auto start = Clock::now();
+    const std::vector<std::vector<std::size_t>> windows = time_windows(requests);
+    if (windows.size() == 1) return assign_window(requests, options);
+    const bool by_clock = options.node_limit <= 0;
+    const int64_t bound = live_bytes_lower_bound(requests, options.alignment);
+    PoolAssignment out;
+    out.offsets.assign(requests.size(), 0);
+    std::vector<std::vector<PoolRequest>> parts(windows.size());
+    std::vector<std::size_t> needy;
+    std::vector<int64_t> height(windows.size(), 0);
+    std::size_t needy_buffers = 0;
+    PackOptions quick = options;
+    quick.capacity.reset();
+    const auto left = [&] {
+      return std::max(0.0, options.time_limit_seconds -
+                               std::chrono::duration<double>(Clock::now() - start).count());
+    };
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+      for (std::size_t i : windows[w]) parts[w].push_back(requests[i]);
+      if (by_clock) quick.time_limit_seconds = left() / static_cast<double>(windows.size() - w);
+      const PoolAssignment fit = make_best_fit_assigner()->assign(parts[w], quick);
+      for (std::size_t k = 0; k < windows[w].size(); ++k)
+        out.offsets[windows[w][k]] = fit.offsets[k];
+      height[w] = fit.size_bytes;
+      if (fit.size_bytes > bound) {
+        needy.push_back(w);
+        needy_buffers += windows[w].size();
+      }
+    }
+    for (std::size_t w : needy) {
+      PackOptions share = quick;
+      if (by_clock) {
+        share.time_limit_seconds =
+            left() * static_cast<double>(windows[w].size()) / static_cast<double>(needy_buffers);
+        needy_buffers -= windows[w].size();
+      }
+      const PoolAssignment better = assign_window(parts[w], share);
+      if (better.size_bytes >= height[w]) continue;  // a short share may not beat best fit
+      for (std::size_t k = 0; k < windows[w].size(); ++k)
+        out.offsets[windows[w][k]] = better.offsets[k];
+    }
+    out.size_bytes = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
+    return with_status(requests, std::move(out), options);
+  }
+
+ private:
+  PoolAssignment assign_window(const std::vector<PoolRequest>& requests,
+                               const PackOptions& options) const {
+    using pool::Clock;
+    const auto start = Clock::now();
+    const bool by_clock = options.node_limit <= 0;
+    const Clock::time_point deadline =
+        by_clock ? start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(options.time_limit_seconds))
+                 : Clock::time_point::max();
+    const auto left = [&] {
+      return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+    };
+    // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans;
+    // it may take a quarter of the time.
+    std::optional<PoolAssignment> slots =
+        pool::place_slots(requests, options, by_clock ? start + (deadline - start) / 4 : deadline);
+    const int64_t bound = live_bytes_lower_bound(requests, options.alignment);
+    if (slots && slots->size_bytes == bound) {
+      slots->proven_optimal = true;
+      return with_status(requests, std::move(*slots), options);
+    }
     PackOptions rest = options;
-    rest.time_limit_seconds = std::max(
-        0.05, options.time_limit_seconds -
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    PoolAssignment exact = make_exact_assigner()->assign(requests, rest);
-    return exact.status == PackStatus::solved && exact.size_bytes <= greedy.size_bytes ? exact
-                                                                                       : greedy;
+    rest.time_limit_seconds = by_clock ? left() : options.time_limit_seconds;
+    PoolAssignment best = make_best_fit_assigner(/*refine=*/true)->assign(requests, rest);
+    if (options.capacity && bound > *options.capacity) return best;  // proven infeasible
+    if (slots && slots->size_bytes < best.size_bytes) {
+      best.offsets = std::move(slots->offsets);
+      best.size_bytes = slots->size_bytes;
+    }
+    if (best.size_bytes == bound) return with_status(requests, std::move(best), options);
+    if (requests.size() <= kExactBuffers) {
+      rest.time_limit_seconds = by_clock ? std::max(0.05, left()) : options.time_limit_seconds;
+      PoolAssignment exact = make_exact_assigner()->assign(requests, rest);
+      if (exact.status == PackStatus::solved && exact.size_bytes <= best.size_bytes) return exact;
+      return with_status(requests, std::move(best), options);
+    }
+    // Two repair chains from the same start with different seeds, one per core; the
+    // lower wins, the first on ties. With a node limit one chain, that many rounds.
+    const int64_t rounds = by_clock ? 0 : options.node_limit;
+    const std::size_t chains = by_clock ? 2 : 1;
+    std::vector<std::future<PoolAssignment>> runs;
+    for (std::size_t k = 0; k < chains; ++k) {
+      runs.push_back(std::async(k == 0 ? std::launch::deferred : std::launch::async, [&, k] {
+        return pool::repair(requests, best, bound, options.alignment, deadline, rounds, k + 1);
+      }));
+    }
+    PoolAssignment repaired = runs.front().get();
+    for (std::size_t k = 1; k < runs.size(); ++k) {
+      PoolAssignment other = runs[k].get();
+      if (other.size_bytes < repaired.size_bytes) repaired = std::move(other);
+    }
+    return with_status(requests, std::move(repaired), options);
+  }
+
+  // Marks a heuristic placement against the lower bound and the capacity.
+  static PoolAssignment with_status(const std::vector<PoolRequest>& requests, PoolAssignment best,
+                                    const PackOptions& options) {
+    best.status = PackStatus::solved;
+    best.proven_optimal = best.size_bytes == live_bytes_lower_bound(requests, options.alignment);
+    if (options.capacity && best.size_bytes > *options.capacity)
+      best.status = over_capacity(requests, *options.capacity);
+    return best;
   }
 };
 

@@ -6,109 +6,10 @@
 #include <numeric>
 
 #include "planner/pool.h"
+#include "planner/pool_placement.h"
 
 namespace shardplan {
 namespace {
-
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-// The placed buffers, indexed by start time for overlap queries: a segment tree over the
-// requests sorted by `begin`, each node holding the latest `end` among placed buffers
-// below it. A query for [b, e) visits only subtrees that hold an overlapping buffer.
-class PlacedIndex {
- public:
-  explicit PlacedIndex(const std::vector<PoolRequest>& requests) : requests_(requests) {
-    by_begin_.resize(requests.size());
-    std::iota(by_begin_.begin(), by_begin_.end(), 0);
-    std::stable_sort(by_begin_.begin(), by_begin_.end(), [&](std::size_t a, std::size_t b) {
-      return requests[a].begin < requests[b].begin;
-    });
-    position_.resize(requests.size());
-    for (std::size_t p = 0; p < by_begin_.size(); ++p) position_[by_begin_[p]] = p;
-    size_ = 1;
-    while (size_ < requests.size()) size_ *= 2;
-    max_end_.assign(2 * size_, kEmpty);
-  }
-
-  void place(std::size_t request) {
-    std::size_t node = size_ + position_[request];
-    max_end_[node] = requests_[request].end;
-    for (node /= 2; node >= 1; node /= 2)
-      max_end_[node] = std::max(max_end_[2 * node], max_end_[2 * node + 1]);
-  }
-
-  // Placed requests live at some time in [begin, end).
-  void overlapping(int64_t begin, int64_t end, std::vector<std::size_t>& out) const {
-    out.clear();
-    // Only positions whose begin is before `end` can overlap.
-    const auto limit = static_cast<std::size_t>(
-        std::lower_bound(by_begin_.begin(), by_begin_.end(), end,
-                         [&](std::size_t r, int64_t t) { return requests_[r].begin < t; }) -
-        by_begin_.begin());
-    if (limit > 0) collect(1, 0, size_, limit, begin, out);
-  }
-
- private:
-  static constexpr int64_t kEmpty = INT64_MIN;
-
-  void collect(std::size_t node, std::size_t lo, std::size_t hi, std::size_t limit, int64_t begin,
-               std::vector<std::size_t>& out) const {
-    if (lo >= limit || max_end_[node] <= begin) return;
-    if (hi - lo == 1) {
-      out.push_back(by_begin_[lo]);
-      return;
-    }
-    const std::size_t mid = (lo + hi) / 2;
-    collect(2 * node, lo, mid, limit, begin, out);
-    collect(2 * node + 1, mid, hi, limit, begin, out);
-  }
-
-  const std::vector<PoolRequest>& requests_;
-  std::vector<std::size_t> by_begin_;
-  std::vector<std::size_t> position_;
-  std::size_t size_ = 1;
-  std::vector<int64_t> max_end_;
-};
-
-// Places requests in `order`, each into the smallest gap that holds it among the placed
-// buffers it overlaps in time, else on top of them.
-PoolAssignment place_in_order(const std::vector<PoolRequest>& requests,
-                              const std::vector<std::size_t>& order, int64_t default_alignment) {
-  PoolAssignment out;
-  out.offsets.assign(requests.size(), 0);
-  PlacedIndex index(requests);
-  std::vector<std::size_t> neighbours;
-  std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of the neighbours
-  for (std::size_t i : order) {
-    const PoolRequest& r = requests[i];
-    const int64_t alignment = r.alignment > 0 ? r.alignment : default_alignment;
-    int64_t best = -1;
-    int64_t best_gap = INT64_MAX;
-    int64_t cursor = 0;
-    if (r.bytes > 0 && r.begin < r.end) {
-      index.overlapping(r.begin, r.end, neighbours);
-      taken.clear();
-      for (std::size_t n : neighbours)
-        taken.emplace_back(out.offsets[n], out.offsets[n] + requests[n].bytes);
-      std::sort(taken.begin(), taken.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [start, stop] : taken) {
-        const int64_t candidate = round_up(cursor, alignment);
-        if (start > candidate && start - candidate >= r.bytes && start - cursor < best_gap) {
-          best = candidate;
-          best_gap = start - cursor;
-        }
-        cursor = std::max(cursor, stop);
-      }
-    }
-    out.offsets[i] = best >= 0 ? best : round_up(cursor, alignment);
-    out.size_bytes = std::max(out.size_bytes, out.offsets[i] + r.bytes);
-    if (r.bytes > 0 && r.begin < r.end) index.place(i);
-  }
-  return out;
-}
 
 // The most bytes live at any time in each request's lifetime ("breadth"): a prefix sweep
 // over the distinct times, then a sparse table for the range maxima.
@@ -161,7 +62,7 @@ class BestFitAssigner final : public OffsetAssigner {
 
   PoolAssignment assign(const std::vector<PoolRequest>& requests,
                         const PackOptions& options) const override {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = pool::Clock::now();
     std::vector<std::size_t> by_breadth(requests.size());
     std::iota(by_breadth.begin(), by_breadth.end(), 0);
     std::vector<std::size_t> by_size = by_breadth;
@@ -184,40 +85,47 @@ class BestFitAssigner final : public OffsetAssigner {
     sort_by(by_duration, duration, bytes);
     // The orders are independent: on large inputs each gets its own thread (a plan's few
     // hundred buffers cost less than starting one). The lowest wins, the first on ties,
-    // so the result does not depend on scheduling.
+    // so the result does not depend on scheduling. An order still running at the time
+    // limit is dropped (with a node limit the clock must not decide: no deadline); the
+    // allocator's own time-order placement, O(n log n), stands in when none finishes.
+    const bool by_clock = options.node_limit <= 0;
+    const pool::Clock::time_point deadline =
+        by_clock ? start + std::chrono::duration_cast<pool::Clock::duration>(
+                               std::chrono::duration<double>(options.time_limit_seconds))
+                 : pool::Clock::time_point::max();
     const auto policy =
         requests.size() >= kThreadedRequests ? std::launch::async : std::launch::deferred;
     const std::array<const std::vector<std::size_t>*, 3> orders = {&by_breadth, &by_size,
                                                                    &by_duration};
-    std::vector<std::future<PoolAssignment>> runs;
+    std::vector<std::future<std::optional<PoolAssignment>>> runs;
     for (const std::vector<std::size_t>* order : orders) {
-      runs.push_back(std::async(policy, [&requests, order, &options] {
-        return place_in_order(requests, *order, options.alignment);
+      runs.push_back(std::async(policy, [&requests, order, &options, deadline] {
+        return pool::place_in_order(requests, *order, options.alignment, deadline);
       }));
     }
-    PoolAssignment best = runs.front().get();
-    std::vector<std::size_t> best_order = by_breadth;
-    for (std::size_t k = 1; k < runs.size(); ++k) {
-      PoolAssignment other = runs[k].get();
-      if (other.size_bytes < best.size_bytes) {
+    std::optional<PoolAssignment> best;
+    std::vector<std::size_t> best_order;
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      std::optional<PoolAssignment> other = runs[k].get();
+      if (other && (!best || other->size_bytes < best->size_bytes)) {
         best = std::move(other);
         best_order = *orders[k];
       }
     }
+    if (!best) best = pool::place_online(requests, options.alignment);
     const int64_t bound = live_bytes_lower_bound(requests, options.alignment);
-    if (refine_) {
+    if (refine_ && !best_order.empty()) {
       // Squeaky wheel (Joslin & Clements 1999): the buffers that ended above the lower
       // bound go first next time, the rest keep their order. On PanGu 2.6B one round takes
       // the pool from 0.76 % over the bound to the bound. Stops at the bound, after two
       // rounds without gain, after eight rounds, or at half the time limit (the clock only
       // without a node limit: the planner's packing must not depend on it).
-      const auto budget = std::chrono::duration<double>(options.time_limit_seconds / 2);
+      const pool::Clock::time_point half =
+          by_clock ? start + (deadline - start) / 2 : pool::Clock::time_point::max();
       std::vector<std::size_t> order = best_order;
-      PoolAssignment current = best;
-      const bool by_clock = options.node_limit <= 0;
+      PoolAssignment current = *best;
       for (int stale = 0, round = 0;
-           stale < 2 && round < 8 && best.size_bytes > bound &&
-           (!by_clock || std::chrono::steady_clock::now() - start < budget);
+           stale < 2 && round < 8 && best->size_bytes > bound && pool::Clock::now() < half;
            ++round) {
         std::vector<std::size_t> promoted, rest;
         for (std::size_t i : order) {
@@ -225,8 +133,11 @@ class BestFitAssigner final : public OffsetAssigner {
         }
         order = std::move(promoted);
         order.insert(order.end(), rest.begin(), rest.end());
-        current = place_in_order(requests, order, options.alignment);
-        if (current.size_bytes < best.size_bytes) {
+        std::optional<PoolAssignment> next =
+            pool::place_in_order(requests, order, options.alignment, half);
+        if (!next) break;
+        current = std::move(*next);
+        if (current.size_bytes < best->size_bytes) {
           best = current;
           stale = 0;
         } else {
@@ -234,13 +145,18 @@ class BestFitAssigner final : public OffsetAssigner {
         }
       }
     }
+    return finish(requests, std::move(*best), bound, options);
+  }
+
+ private:
+  static PoolAssignment finish(const std::vector<PoolRequest>& requests, PoolAssignment best,
+                               int64_t bound, const PackOptions& options) {
     if (best.size_bytes == bound) best.proven_optimal = true;
     if (options.capacity && best.size_bytes > *options.capacity)
       best.status = over_capacity(requests, *options.capacity);
     return best;
   }
 
- private:
   bool refine_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -162,6 +163,34 @@ std::string format_pool_csv(const PoolTable& table, const std::vector<int64_t>& 
   for (std::size_t i = 0; i < table.rows.size(); ++i) {
     for (const std::string& field : table.rows[i]) out += field + ",";
     out += std::to_string(offsets[i]) + "\n";
+  }
+  return out;
+}
+
+PoolTable make_pool_table(const std::vector<PoolRequest>& requests) {
+  PoolTable table;
+  table.header = {"id", "lower", "upper", "size"};
+  const bool aligned = std::any_of(requests.begin(), requests.end(),
+                                   [](const PoolRequest& r) { return r.alignment > 0; });
+  if (aligned) table.header.push_back("alignment");
+  table.requests = requests;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const PoolRequest& r = requests[i];
+    table.rows.push_back({std::to_string(i), std::to_string(r.begin), std::to_string(r.end),
+                          std::to_string(r.bytes)});
+    if (aligned) table.rows.back().push_back(std::to_string(r.alignment > 0 ? r.alignment : 1));
+  }
+  return table;
+}
+
+std::string format_pool_csv(const PoolTable& table) {
+  std::string out;
+  for (std::size_t c = 0; c < table.header.size(); ++c)
+    out += (c > 0 ? "," : "") + table.header[c];
+  out += "\n";
+  for (const auto& row : table.rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) out += (c > 0 ? "," : "") + row[c];
+    out += "\n";
   }
   return out;
 }

@@ -28,4 +28,11 @@ PoolTable read_pool_csv(const std::string& path);
 // The table with an `offset` column appended.
 std::string format_pool_csv(const PoolTable& table, const std::vector<int64_t>& offsets);
 
+// The table as read: header and rows, no offsets.
+std::string format_pool_csv(const PoolTable& table);
+
+// A table for requests made in code (ids 0..n-1; an alignment column when any request
+// has its own alignment).
+PoolTable make_pool_table(const std::vector<PoolRequest>& requests);
+
 }  // namespace shardplan

@@ -42,6 +42,41 @@ struct Instance {
   std::vector<std::pair<int32_t, int32_t>> partition_sections;
 };
 
+// Pairs of buffers live at once plus (buffer, section) memberships: what prepare()
+// stores, counted in O(n log n) before it is built.
+constexpr int64_t kMaxInstanceEntries = 40'000'000;
+
+int64_t instance_entries(const std::vector<PoolRequest>& requests) {
+  std::vector<int64_t> times;
+  times.reserve(2 * requests.size());
+  for (const PoolRequest& r : requests) {
+    times.push_back(r.begin);
+    times.push_back(r.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  auto index = [&](int64_t t) {
+    return std::lower_bound(times.begin(), times.end(), t) - times.begin();
+  };
+  int64_t entries = 0;
+  // (time, +1 start / -1 end): ends first at equal times, as lifetimes are half-open.
+  std::vector<std::pair<int64_t, int>> events;
+  events.reserve(2 * requests.size());
+  for (const PoolRequest& r : requests) {
+    if (r.begin >= r.end) continue;
+    entries += index(r.end) - index(r.begin);
+    events.emplace_back(r.begin, 1);
+    events.emplace_back(r.end, -1);
+  }
+  std::sort(events.begin(), events.end());
+  int64_t live = 0;
+  for (const auto& [time, delta] : events) {
+    if (delta > 0) entries += 2 * live;  // both directions of each new pair
+    live += delta;
+  }
+  return entries;
+}
+
 Instance prepare(const std::vector<PoolRequest>& requests, int64_t default_alignment) {
   Instance in;
   const auto n = requests.size();
@@ -498,16 +533,25 @@ class ExactAssigner final : public OffsetAssigner {
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(options.time_limit_seconds));
-    const Instance in = prepare(requests, options.alignment);
     // An upper bound to start from: best fit is fast and usually close.
-    PoolAssignment best =
-        make_best_fit_assigner()->assign(requests, PackOptions{.alignment = options.alignment});
+    PoolAssignment best = make_best_fit_assigner()->assign(
+        requests, PackOptions{.alignment = options.alignment,
+                              .time_limit_seconds = options.time_limit_seconds,
+                              .node_limit = options.node_limit});
     best.status = PackStatus::solved;
+    best.nodes = 0;
+    const int64_t lower_bound =
+        live_bytes_lower_bound(requests, options.alignment);  // nothing smaller fits
+    // The search keeps every pair of buffers live at once and every buffer's sections: on
+    // inputs where that is hundreds of millions of entries it could not start in time or
+    // memory, and best fit is the answer.
+    if (instance_entries(requests) > kMaxInstanceEntries || Clock::now() > deadline) {
+      return finish_without_search(requests, std::move(best), lower_bound, options);
+    }
+    const Instance in = prepare(requests, options.alignment);
     int64_t hi = best.size_bytes - 1;
     if (options.capacity) hi = std::min(hi, *options.capacity);
     Shared shared;
-    const int64_t lower_bound =
-        live_bytes_lower_bound(requests, options.alignment);  // nothing smaller fits
     // How hard a capacity is to decide depends erratically on the order tried first (on
     // challenging D, starting with "TWA" reaches 1031168 in 6 s where "WAT" stalls at
     // 1045504), so a clock-bound run sends a second minimisation with another first order
@@ -524,7 +568,6 @@ class ExactAssigner final : public OffsetAssigner {
     }
     // The first runs on this thread; ties go to the first, for the same result on reruns
     // whenever both finish.
-    best.nodes = 0;
     int64_t proven_below = lower_bound;
     for (std::size_t k = 0; k < runs.size(); ++k) {
       Trajectory t = runs[k].get();
@@ -539,6 +582,18 @@ class ExactAssigner final : public OffsetAssigner {
     if (options.capacity && best.size_bytes > *options.capacity) {
       best.status =
           proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
+      best.offsets.clear();
+    }
+    return best;
+  }
+
+ private:
+  static PoolAssignment finish_without_search(const std::vector<PoolRequest>& requests,
+                                              PoolAssignment best, int64_t lower_bound,
+                                              const PackOptions& options) {
+    best.proven_optimal = best.size_bytes == lower_bound;
+    if (options.capacity && best.size_bytes > *options.capacity) {
+      best.status = over_capacity(requests, *options.capacity);
       best.offsets.clear();
     }
     return best;
