@@ -168,6 +168,7 @@ class AutoAssigner final : public OffsetAssigner {
     std::size_t needy_buffers = 0;
     PackOptions quick = options;
     quick.capacity.reset();
+    quick.target_bytes = std::max(options.target_bytes, bound);
     const auto left = [&] {
       return std::max(0.0, options.time_limit_seconds -
                                std::chrono::duration<double>(Clock::now() - start).count());
@@ -219,20 +220,19 @@ class AutoAssigner final : public OffsetAssigner {
     // it may take a quarter of the time.
     std::optional<PoolAssignment> slots =
         pool::place_slots(requests, options, by_clock ? start + (deadline - start) / 4 : deadline);
-    const int64_t bound = live_bytes_lower_bound(requests, options.alignment);
-    if (slots && slots->size_bytes == bound) {
-      slots->proven_optimal = true;
+    const int64_t lower_bound = live_bytes_lower_bound(requests, options.alignment);
+    const int64_t bound = std::max(options.target_bytes, lower_bound);  // good enough
+    if (slots && slots->size_bytes <= bound)
       return with_status(requests, std::move(*slots), options);
-    }
     PackOptions rest = options;
     rest.time_limit_seconds = by_clock ? left() : options.time_limit_seconds;
     PoolAssignment best = make_best_fit_assigner(/*refine=*/true)->assign(requests, rest);
-    if (options.capacity && bound > *options.capacity) return best;  // proven infeasible
+    if (options.capacity && lower_bound > *options.capacity) return best;  // proven infeasible
     if (slots && slots->size_bytes < best.size_bytes) {
       best.offsets = std::move(slots->offsets);
       best.size_bytes = slots->size_bytes;
     }
-    if (best.size_bytes == bound) return with_status(requests, std::move(best), options);
+    if (best.size_bytes <= bound) return with_status(requests, std::move(best), options);
     if (requests.size() <= kExactBuffers) {
       rest.time_limit_seconds = by_clock ? std::max(0.05, left()) : options.time_limit_seconds;
       PoolAssignment exact = make_exact_assigner()->assign(requests, rest);

@@ -25,6 +25,9 @@ struct PackOptions {
   std::optional<int64_t> capacity;   // the pool may not exceed this; none = minimise only
   double time_limit_seconds = 10.0;  // wall-clock budget of the exact search
   int64_t node_limit = 0;            // > 0: also stop after this many search nodes (deterministic)
+  // A height that is good enough: the searches stop on reaching it (auto passes the whole
+  // input's lower bound to each independent time window, whose own bound may be lower).
+  int64_t target_bytes = 0;
 };
 
 enum class PackStatus {

@@ -494,9 +494,11 @@ Trajectory minimise(const Instance& in, const std::vector<PoolRequest>& requests
   const bool by_nodes = options.node_limit > 0;
   auto probe_time = (deadline - start) / 8;
   int64_t hi = initial_hi;
-  for (int pass = 0; t.proven_below <= hi && Clock::now() < deadline; ++pass) {
+  // Below the target nothing is wanted: probes start there.
+  const auto floor = [&] { return std::max(t.proven_below, options.target_bytes); };
+  for (int pass = 0; floor() <= hi && Clock::now() < deadline; ++pass) {
     if ((by_nodes && pass > 0) || shared.done.load()) break;
-    int64_t lo = t.proven_below;
+    int64_t lo = floor();
     for (bool first = true; lo <= hi && Clock::now() < deadline; first = false) {
       const int64_t probe = first ? lo : lo + (hi - lo) / 2;
       // Most instances fit at the lower bound: it gets twice the time of the others.
@@ -519,8 +521,8 @@ Trajectory minimise(const Instance& in, const std::vector<PoolRequest>& requests
     }
     probe_time *= 2;
   }
-  // Proven optimal (or nothing below the start exists): the others may stop.
-  if (t.proven_below > hi) shared.done = true;
+  // Proven optimal, or the target reached: the others may stop.
+  if (floor() > hi) shared.done = true;
   return t;
 }
 
