@@ -11,6 +11,8 @@
 #include "planner/plan_builder.h"
 #include "planner/pool.h"
 #include "planner/pool_csv.h"
+#include "planner/pool_placement.h"
+#include "planner/pool_synthetic.h"
 
 #ifndef SHARDPLAN_SHARED_DIR
 #define SHARDPLAN_SHARED_DIR "../shared"
@@ -56,7 +58,40 @@ void pack_plan(benchmark::State& state, const char* model, int64_t nodes,
   report(state, requests, result);
 }
 
+// Synthetic training-step traces (planner/pool_synthetic.h, seed 2) from 10 000 to
+// 100 000 buffers: how time and height scale. "time-order" is the O(n log n) placement
+// every phase falls back to.
+void pack_synthetic(benchmark::State& state, shardplan::SyntheticTraceOptions trace,
+                    const std::string& algorithm) {
+  const std::vector<shardplan::PoolRequest> requests = shardplan::synthetic_training_trace(trace);
+  shardplan::PoolAssignment result;
+  for (auto _ : state) {
+    result = algorithm == "time-order" ? shardplan::pool::place_online(requests, 1)
+                                       : shardplan::make_offset_assigner(algorithm)->assign(
+                                             requests, {.alignment = 1, .time_limit_seconds = 10});
+  }
+  report(state, requests, result);
+}
+
 int register_all() {
+  for (const int experts : {0, 64}) {
+    for (const bool pipelined : {false, true}) {
+      for (const int64_t buffers : {10000, 30000, 100000}) {
+        for (const char* algorithm : {"time-order", "best-fit", "auto"}) {
+          const std::string name = std::string("Pack/synthetic/") + (experts ? "moe" : "dense") +
+                                   (pipelined ? "-1f1b/" : "-seq/") + std::to_string(buffers) +
+                                   "/" + algorithm;
+          benchmark::RegisterBenchmark(
+              name.c_str(), pack_synthetic,
+              shardplan::SyntheticTraceOptions{
+                  .buffers = buffers, .seed = 2, .experts = experts, .pipelined = pipelined},
+              std::string(algorithm))
+              ->Iterations(1)
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
   const std::string root = std::string(SHARDPLAN_SHARED_DIR) + "/benchmarks/minimalloc";
   std::vector<std::string> files;
   for (const char* folder : {"challenging", "examples", "idealloc/somas_tensors"}) {
