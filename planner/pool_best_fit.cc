@@ -14,14 +14,7 @@ namespace {
 // The most bytes live at any time in each request's lifetime ("breadth"): a prefix sweep
 // over the distinct times, then a sparse table for the range maxima.
 std::vector<int64_t> breadths(const std::vector<PoolRequest>& requests) {
-  std::vector<int64_t> times;
-  times.reserve(2 * requests.size());
-  for (const PoolRequest& r : requests) {
-    times.push_back(r.begin);
-    times.push_back(r.end);
-  }
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
+  const std::vector<int64_t> times = pool::distinct_times(requests);
   auto index = [&](int64_t t) {
     return static_cast<std::size_t>(std::lower_bound(times.begin(), times.end(), t) -
                                     times.begin());

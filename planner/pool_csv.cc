@@ -185,8 +185,7 @@ PoolTable make_pool_table(const std::vector<PoolRequest>& requests) {
 
 std::string format_pool_csv(const PoolTable& table) {
   std::string out;
-  for (std::size_t c = 0; c < table.header.size(); ++c)
-    out += (c > 0 ? "," : "") + table.header[c];
+  for (std::size_t c = 0; c < table.header.size(); ++c) out += (c > 0 ? "," : "") + table.header[c];
   out += "\n";
   for (const auto& row : table.rows) {
     for (std::size_t c = 0; c < row.size(); ++c) out += (c > 0 ? "," : "") + row[c];

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "planner/pool.h"
+#include "planner/pool_placement.h"
 
 namespace shardplan {
 namespace {
@@ -47,14 +48,7 @@ struct Instance {
 constexpr int64_t kMaxInstanceEntries = 40'000'000;
 
 int64_t instance_entries(const std::vector<PoolRequest>& requests) {
-  std::vector<int64_t> times;
-  times.reserve(2 * requests.size());
-  for (const PoolRequest& r : requests) {
-    times.push_back(r.begin);
-    times.push_back(r.end);
-  }
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
+  const std::vector<int64_t> times = pool::distinct_times(requests);
   auto index = [&](int64_t t) {
     return std::lower_bound(times.begin(), times.end(), t) - times.begin();
   };

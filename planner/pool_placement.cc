@@ -8,6 +8,18 @@
 
 namespace shardplan::pool {
 
+std::vector<int64_t> distinct_times(const std::vector<PoolRequest>& requests) {
+  std::vector<int64_t> times;
+  times.reserve(2 * requests.size());
+  for (const PoolRequest& r : requests) {
+    times.push_back(r.begin);
+    times.push_back(r.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  return times;
+}
+
 PlacedIndex::PlacedIndex(const std::vector<PoolRequest>& requests) : requests_(requests) {
   by_begin_.resize(requests.size());
   std::iota(by_begin_.begin(), by_begin_.end(), 0);

@@ -22,6 +22,22 @@ inline int64_t alignment_of(const PoolRequest& r, int64_t default_alignment) {
   return r.alignment > 0 ? r.alignment : std::max<int64_t>(default_alignment, 1);
 }
 
+// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): fully specified, so a seed gives the same
+// numbers on every platform (std:: distributions do not).
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  uint64_t below(uint64_t n) { return next() % n; }
+};
+
+// The distinct begin and end times, sorted: the section boundaries.
+std::vector<int64_t> distinct_times(const std::vector<PoolRequest>& requests);
+
 // Whether a request takes space at all (zero bytes or an empty lifetime do not).
 inline bool occupies(const PoolRequest& r) {
   return r.bytes > 0 && r.begin < r.end;
@@ -75,9 +91,9 @@ std::optional<PoolAssignment> place_slots(const std::vector<PoolRequest>& reques
 
 // Local improvement of a valid placement until `deadline`, or `iterations` rounds when
 // that is positive (deterministic): ruin and recreate (Schrimpf et al. 2000) on the
-// buffers that reach the top. Each round empties a band of offsets over the time window
-// of one top buffer — every buffer there that reaches into the band — and re-places them
-// by best or lowest fit in a shuffled size order under the current height; it keeps the
+// buffers that reach the top. Each round takes out the 4 to 128 highest buffers over the
+// lifetime of one buffer at the height and places them again by best or lowest fit, in
+// size, lifetime or shuffled order, under the current height; it keeps the
 // result when fewer buffers reach the top (or as many, with no more bytes high up), so
 // the height only falls. Never worse than `start`; stops at `lower_bound`.
 PoolAssignment repair(const std::vector<PoolRequest>& requests, PoolAssignment start,

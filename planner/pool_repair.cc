@@ -1,10 +1,10 @@
 // Local improvement after best fit: ruin and recreate (Schrimpf, Schneider, Stamm-Wilbrandt
 // & Dueck, J. Comp. Physics 2000) on the buffers that set the pool's height.
 //
-//   offset ▲ H ─ ─ ─ ┌──v──┐─ ─ ─ ─   v reaches the height H; the band [L, H) over v's
-//          │  ┌──────┴┐  ┌┴───┐      lifetime is emptied of every buffer reaching into
-//          │L ┼ ─ ─ ─ ┼ ─┼─ ─ ┼ ─    it, and those are placed again under H in another
-//          │  └───────┘  └────┘      order. Kept when fewer buffers reach H.
+//   offset ▲ H ─ ─ ─ ┌──v──┐─ ─ ─ ─   v reaches the height H; the 4 to 128 highest
+//          │  ┌──────┴┐  ┌┴───┐      buffers over v's lifetime (down to L) are taken
+//          │L ┼ ─ ─ ─ ┼ ─┼─ ─ ┼ ─    out and placed again under H in another order.
+//          │  └───────┘  └────┘      Kept when fewer buffers reach H.
 //          └──────────────────────▶ time
 #include <algorithm>
 #include <numeric>
@@ -12,21 +12,7 @@
 #include "planner/pool_placement.h"
 
 namespace shardplan::pool {
-namespace {
-
-// SplitMix64: reproducible for a given seed.
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-};
-
-}  // namespace
+namespace {}  // namespace
 
 PoolAssignment repair(const std::vector<PoolRequest>& requests, PoolAssignment start,
                       int64_t lower_bound, int64_t default_alignment, Clock::time_point deadline,
@@ -65,7 +51,7 @@ PoolAssignment repair(const std::vector<PoolRequest>& requests, PoolAssignment s
     count_at_height = static_cast<int64_t>(at_height.size());
   };
   collect_at_height();
-  Rng rng{seed};
+  SplitMix64 rng{seed};
   std::vector<std::size_t> ruined, neighbours;
   std::vector<int64_t> saved;
   std::vector<std::pair<int64_t, int64_t>> taken;

@@ -3,20 +3,15 @@
 #include <algorithm>
 #include <array>
 
+#include "planner/pool_placement.h"
+
 namespace shardplan {
 namespace {
 
-// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): fully specified, so a seed means the
-// same trace everywhere.
+// Reproducible draws: SplitMix64 (pool_placement.h) with the draws a trace needs.
 struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+  pool::SplitMix64 mix;
+  int64_t below(int64_t n) { return static_cast<int64_t>(mix.below(static_cast<uint64_t>(n))); }
   bool chance(int64_t one_in) { return below(one_in) == 0; }
   template <typename T, std::size_t N>
   T pick(const std::array<T, N>& values) {
@@ -50,7 +45,7 @@ int64_t round_to(int64_t value, int64_t multiple) {
 class Builder {
  public:
   Builder(const Model& model, int experts, uint64_t seed) : m_(model), experts_(experts) {
-    rng_.state = seed;
+    rng_.mix.state = seed;
   }
 
   // Micro-batches one after the other (FSDP's gradient accumulation), or, `pipelined`,
@@ -181,7 +176,7 @@ class Builder {
 };
 
 Model pick_model(uint64_t seed, int experts) {
-  Rng rng{seed ^ 0x5eed5eed5eed5eedULL};
+  Rng rng{{seed ^ 0x5eed5eed5eed5eedULL}};
   Model m{};
   m.hidden = rng.pick(std::array<int64_t, 5>{2048, 3072, 4096, 5120, 8192});
   // SwiGLU's 8/3 expansion rounded to 256 (LLaMA), or a plain 4x (GPT); experts are
