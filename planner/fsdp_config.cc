@@ -248,6 +248,10 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
 
 void apply_overrides(nlohmann::json& config, const std::vector<std::string>& assignments) {
   if (config.is_null()) config = nlohmann::json::object();
+  // Found by the config fuzz target: a config that is a number or a list reached
+  // operator[] with a string key (nlohmann's type_error 305, an internal error).
+  if (!config.is_object() && !assignments.empty())
+    throw InputError("--set", "", "the config the flags apply to is not a JSON object");
   for (const std::string& assignment : assignments) {
     const auto equals = assignment.find('=');
     if (equals == std::string::npos || equals == 0) {

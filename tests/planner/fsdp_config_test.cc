@@ -90,6 +90,11 @@ TEST(FsdpConfig, OverrideErrors) {
   }
   EXPECT_THROW(apply_overrides(config, {"micro_batch"}), InputError);
   EXPECT_THROW(apply_overrides(config, {"=3"}), InputError);
+  // Found by the config fuzz target: flags over a config that is not an object were
+  // nlohmann's type_error 305 (an internal error), not an input error.
+  for (json not_object : {json(4444), json::array({1, 2}), json("text")}) {
+    EXPECT_THROW(apply_overrides(not_object, {"micro_batch=2"}), InputError) << not_object;
+  }
 }
 
 struct BadConfig {
