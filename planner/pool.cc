@@ -200,7 +200,7 @@ class AutoAssigner final : public OffsetAssigner {
     out.size_bytes = 0;
     for (std::size_t i = 0; i < requests.size(); ++i)
       out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
-    return with_status(requests, std::move(out), options);
+    return pool::with_status(requests, std::move(out), bound, options);
   }
 
  private:
@@ -209,10 +209,7 @@ class AutoAssigner final : public OffsetAssigner {
     using pool::Clock;
     const auto start = Clock::now();
     const bool by_clock = options.node_limit <= 0;
-    const Clock::time_point deadline =
-        by_clock ? start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(options.time_limit_seconds))
-                 : Clock::time_point::max();
+    const Clock::time_point deadline = pool::deadline_of(options, start);
     const auto left = [&] {
       return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
     };
@@ -223,7 +220,7 @@ class AutoAssigner final : public OffsetAssigner {
     const int64_t lower_bound = live_bytes_lower_bound(requests, options.alignment);
     const int64_t bound = std::max(options.target_bytes, lower_bound);  // good enough
     if (slots && slots->size_bytes <= bound)
-      return with_status(requests, std::move(*slots), options);
+      return pool::with_status(requests, std::move(*slots), lower_bound, options);
     PackOptions rest = options;
     rest.time_limit_seconds = by_clock ? left() : options.time_limit_seconds;
     PoolAssignment best = make_best_fit_assigner(/*refine=*/true)->assign(requests, rest);
@@ -232,12 +229,13 @@ class AutoAssigner final : public OffsetAssigner {
       best.offsets = std::move(slots->offsets);
       best.size_bytes = slots->size_bytes;
     }
-    if (best.size_bytes <= bound) return with_status(requests, std::move(best), options);
+    if (best.size_bytes <= bound)
+      return pool::with_status(requests, std::move(best), lower_bound, options);
     if (requests.size() <= kExactBuffers) {
       rest.time_limit_seconds = by_clock ? std::max(0.05, left()) : options.time_limit_seconds;
       PoolAssignment exact = make_exact_assigner()->assign(requests, rest);
       if (exact.status == PackStatus::solved && exact.size_bytes <= best.size_bytes) return exact;
-      return with_status(requests, std::move(best), options);
+      return pool::with_status(requests, std::move(best), lower_bound, options);
     }
     // Two repair chains from the same start with different seeds, one per core; the
     // lower wins, the first on ties. With a node limit one chain, that many rounds.
@@ -254,17 +252,7 @@ class AutoAssigner final : public OffsetAssigner {
       PoolAssignment other = runs[k].get();
       if (other.size_bytes < repaired.size_bytes) repaired = std::move(other);
     }
-    return with_status(requests, std::move(repaired), options);
-  }
-
-  // Marks a heuristic placement against the lower bound and the capacity.
-  static PoolAssignment with_status(const std::vector<PoolRequest>& requests, PoolAssignment best,
-                                    const PackOptions& options) {
-    best.status = PackStatus::solved;
-    best.proven_optimal = best.size_bytes == live_bytes_lower_bound(requests, options.alignment);
-    if (options.capacity && best.size_bytes > *options.capacity)
-      best.status = over_capacity(requests, *options.capacity);
-    return best;
+    return pool::with_status(requests, std::move(repaired), lower_bound, options);
   }
 };
 

@@ -59,7 +59,8 @@ class OffsetAssigner {
 // compatible slot (no member's lifetime overlaps it) that grows least — with sizes
 // descending every compatible slot grows by 0, so the tightest one (smallest, then
 // lowest index) — else into a new slot; a slot is as large as its largest member and
-// the pool is the sum of the slots.
+// the pool is the sum of the slots. Past the time limit (it costs buffers x slots) the
+// time-order placement (an allocator's best fit over free blocks) stands in.
 std::unique_ptr<OffsetAssigner> make_slots_assigner();
 
 // Greedy best fit: each buffer into the smallest gap between time-overlapping placed
@@ -68,7 +69,8 @@ std::unique_ptr<OffsetAssigner> make_slots_assigner();
 // (GreedyBySize) and decreasing lifetime (XLA's second order) — keeping the lowest.
 // Overlaps come from a segment tree over start times, O(k log n) per buffer.
 // `refine`: then squeaky-wheel rounds (the buffers that ended above the lower bound go
-// first in the next round) within half the time limit; auto uses it.
+// first in the next round) within half the time limit; auto uses it. An order still
+// running at the time limit is dropped; when none finishes, the time-order placement.
 std::unique_ptr<OffsetAssigner> make_best_fit_assigner(bool refine = false);
 
 // Complete branch and bound in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): decides
@@ -78,12 +80,15 @@ std::unique_ptr<OffsetAssigner> make_best_fit_assigner(bool refine = false);
 // several static orders with doubling node limits, solving independent time partitions
 // apart; a binary search on C minimises the height (two searches with different first
 // orders on two cores when only the clock bounds it). Stops at the time or node limit
-// with the best found.
+// with the best found. Inputs whose instance would pass 40 M entries (pairs live at once
+// plus buffer sections) are not searched: best fit, 0 nodes.
 std::unique_ptr<OffsetAssigner> make_exact_assigner();
 
-// slots when it already reaches the lower bound (cheap, common on FSDP plans); else
-// best-fit with squeaky-wheel rounds, then exact within the rest of the time limit when
-// that is still above the bound; the better.
+// Each independent time window (no buffer live across its ends) apart, each searched only
+// down to the whole input's lower bound: slots when it already reaches it (cheap, common
+// on FSDP plans); else best-fit with squeaky-wheel rounds, then, still above the bound,
+// exact (up to 2 000 buffers) or ruin-and-recreate repair (more) within the rest of the
+// time limit; the best.
 std::unique_ptr<OffsetAssigner> make_auto_assigner();
 
 // By name: slots, best-fit, exact, auto. nullptr for anything else.

@@ -82,10 +82,7 @@ class BestFitAssigner final : public OffsetAssigner {
     // limit is dropped (with a node limit the clock must not decide: no deadline); the
     // allocator's own time-order placement, O(n log n), stands in when none finishes.
     const bool by_clock = options.node_limit <= 0;
-    const pool::Clock::time_point deadline =
-        by_clock ? start + std::chrono::duration_cast<pool::Clock::duration>(
-                               std::chrono::duration<double>(options.time_limit_seconds))
-                 : pool::Clock::time_point::max();
+    const pool::Clock::time_point deadline = pool::deadline_of(options, start);
     const auto policy =
         requests.size() >= kThreadedRequests ? std::launch::async : std::launch::deferred;
     const std::array<const std::vector<std::size_t>*, 3> orders = {&by_breadth, &by_size,
@@ -138,18 +135,10 @@ class BestFitAssigner final : public OffsetAssigner {
         }
       }
     }
-    return finish(requests, std::move(*best), bound, options);
+    return pool::with_status(requests, std::move(*best), bound, options);
   }
 
  private:
-  static PoolAssignment finish(const std::vector<PoolRequest>& requests, PoolAssignment best,
-                               int64_t bound, const PackOptions& options) {
-    if (best.size_bytes == bound) best.proven_optimal = true;
-    if (options.capacity && best.size_bytes > *options.capacity)
-      best.status = over_capacity(requests, *options.capacity);
-    return best;
-  }
-
   bool refine_;
 };
 

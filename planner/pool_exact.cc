@@ -44,7 +44,7 @@ struct Instance {
 };
 
 // Pairs of buffers live at once plus (buffer, section) memberships: what prepare()
-// stores, counted in O(n log n) before it is built.
+// stores as 4-byte entries (so at most 160 MB), counted in O(n log n) before it is built.
 constexpr int64_t kMaxInstanceEntries = 40'000'000;
 
 int64_t instance_entries(const std::vector<PoolRequest>& requests) {
@@ -542,7 +542,9 @@ class ExactAssigner final : public OffsetAssigner {
     // inputs where that is hundreds of millions of entries it could not start in time or
     // memory, and best fit is the answer.
     if (instance_entries(requests) > kMaxInstanceEntries || Clock::now() > deadline) {
-      return finish_without_search(requests, std::move(best), lower_bound, options);
+      best = pool::with_status(requests, std::move(best), lower_bound, options);
+      if (best.status != PackStatus::solved) best.offsets.clear();
+      return best;
     }
     const Instance in = prepare(requests, options.alignment);
     int64_t hi = best.size_bytes - 1;
@@ -578,18 +580,6 @@ class ExactAssigner final : public OffsetAssigner {
     if (options.capacity && best.size_bytes > *options.capacity) {
       best.status =
           proven_below > *options.capacity ? PackStatus::infeasible : PackStatus::not_found;
-      best.offsets.clear();
-    }
-    return best;
-  }
-
- private:
-  static PoolAssignment finish_without_search(const std::vector<PoolRequest>& requests,
-                                              PoolAssignment best, int64_t lower_bound,
-                                              const PackOptions& options) {
-    best.proven_optimal = best.size_bytes == lower_bound;
-    if (options.capacity && best.size_bytes > *options.capacity) {
-      best.status = over_capacity(requests, *options.capacity);
       best.offsets.clear();
     }
     return best;

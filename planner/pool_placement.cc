@@ -8,6 +8,15 @@
 
 namespace shardplan::pool {
 
+PoolAssignment with_status(const std::vector<PoolRequest>& requests, PoolAssignment result,
+                           int64_t lower_bound, const PackOptions& options) {
+  result.status = PackStatus::solved;
+  result.proven_optimal = result.size_bytes == lower_bound;
+  if (options.capacity && result.size_bytes > *options.capacity)
+    result.status = over_capacity(requests, *options.capacity);
+  return result;
+}
+
 std::vector<int64_t> distinct_times(const std::vector<PoolRequest>& requests) {
   std::vector<int64_t> times;
   times.reserve(2 * requests.size());

@@ -22,6 +22,19 @@ inline int64_t alignment_of(const PoolRequest& r, int64_t default_alignment) {
   return r.alignment > 0 ? r.alignment : std::max<int64_t>(default_alignment, 1);
 }
 
+// When a phase started at `start` must stop: after the time limit, or never with a node
+// limit (then the clock must not decide: the planner's packing is the same everywhere).
+inline Clock::time_point deadline_of(const PackOptions& options, Clock::time_point start) {
+  if (options.node_limit > 0) return Clock::time_point::max();
+  return start + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(options.time_limit_seconds));
+}
+
+// Marks a placement against the lower bound and the capacity: solved, proven optimal when
+// at the bound, else infeasible or not_found when above the capacity.
+PoolAssignment with_status(const std::vector<PoolRequest>& requests, PoolAssignment result,
+                           int64_t lower_bound, const PackOptions& options);
+
 // SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): fully specified, so a seed gives the same
 // numbers on every platform (std:: distributions do not).
 struct SplitMix64 {

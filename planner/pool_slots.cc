@@ -61,10 +61,8 @@ std::optional<PoolAssignment> place_slots(const std::vector<PoolRequest>& reques
     out.offsets[i] = slot_offset[slot_of[i]];
     out.size_bytes = std::max(out.size_bytes, out.offsets[i] + requests[i].bytes);
   }
-  out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests, options.alignment);
-  if (options.capacity && out.size_bytes > *options.capacity)
-    out.status = over_capacity(requests, *options.capacity);
-  return out;
+  return with_status(requests, std::move(out), live_bytes_lower_bound(requests, options.alignment),
+                     options);
 }
 
 }  // namespace pool
@@ -79,17 +77,12 @@ class SlotsAssigner final : public OffsetAssigner {
   // placement, as promised by the limit.
   PoolAssignment assign(const std::vector<PoolRequest>& requests,
                         const PackOptions& options) const override {
-    const auto deadline =
-        options.node_limit > 0
-            ? pool::Clock::time_point::max()
-            : pool::Clock::now() + std::chrono::duration_cast<pool::Clock::duration>(
-                                       std::chrono::duration<double>(options.time_limit_seconds));
-    if (auto slots = pool::place_slots(requests, options, deadline)) return *slots;
-    PoolAssignment out = pool::place_online(requests, options.alignment);
-    out.proven_optimal = out.size_bytes == live_bytes_lower_bound(requests, options.alignment);
-    if (options.capacity && out.size_bytes > *options.capacity)
-      out.status = over_capacity(requests, *options.capacity);
-    return out;
+    if (auto slots =
+            pool::place_slots(requests, options, pool::deadline_of(options, pool::Clock::now()))) {
+      return *slots;
+    }
+    return pool::with_status(requests, pool::place_online(requests, options.alignment),
+                             live_bytes_lower_bound(requests, options.alignment), options);
   }
 };
 
