@@ -12,6 +12,7 @@
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/fsdp_units.h"
+#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -177,7 +178,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.optimizer = parse_enum(r, "optimizer", kOptimizers, c.optimizer);
 
   // Combinations Megatron-FSDP does not support (seeds/002 README).
-  const bool zero3 = c.sharding_strategy == ShardingStrategy::optim_grads_params;
+  const bool zero3 = sharding_traits(c).shard_params;
   if (c.fp8_param_gather && !zero3) {
     r.fail("fp8_param_gather", fmt::format("needs sharding_strategy optim_grads_params (only "
                                            "ZeRO-3 supports FP8 parameters), got {}",
@@ -200,8 +201,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (c.outer_strategy == OuterStrategy::optim && c.dp_outer == 1) {
     r.fail("outer_strategy", "optim shards over dp_outer, which is 1; set dp_outer > 1");
   }
-  if (c.double_buffer && c.sharding_strategy != ShardingStrategy::optim_grads &&
-      c.sharding_strategy != ShardingStrategy::optim_grads_params) {
+  if (c.double_buffer && !sharding_traits(c).shard_grads) {
     r.fail("double_buffer",
            "needs optim_grads or optim_grads_params: other strategies have "
            "no transient unsharded buffers to double-buffer");

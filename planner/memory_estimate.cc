@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/fsdp_units.h"
+#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -22,13 +23,12 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
                                const FsdpConfig& c) {
   // resolve_fsdp_config has already checked the patterns against the model.
   const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
-  const int64_t n = c.dp_shard;
-  const int64_t optimizer_ranks =
-      c.outer_strategy == OuterStrategy::optim ? c.dp_shard * c.dp_outer : c.dp_shard;
-  const bool shard_optimizer = c.sharding_strategy != ShardingStrategy::no_shard;
-  const bool shard_grads = c.sharding_strategy == ShardingStrategy::optim_grads ||
-                           c.sharding_strategy == ShardingStrategy::optim_grads_params;
-  const bool shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params;
+  const ShardingTraits t = sharding_traits(c);
+  const int64_t n = t.param_ranks;
+  const int64_t optimizer_ranks = t.optimizer_ranks;
+  const bool shard_optimizer = t.shard_optimizer;
+  const bool shard_grads = t.shard_grads;
+  const bool shard_params = t.shard_params;
 
   // Each unit keeps one flat buffer per requires_grad group (Megatron-FSDP groups by
   // dtype and requires_grad), padded to split evenly; ceil per group stands in for the

@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "planner/sharding.h"
+
 namespace shardplan {
 namespace {
 
@@ -31,8 +33,9 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
   std::unordered_set<const Module*> other_units;
   for (std::size_t u = 1; u < fsdp_units.size(); ++u) other_units.insert(fsdp_units[u].module);
 
-  const int64_t sharding_ranks =
-      config.dp_shard * (config.outer_strategy == OuterStrategy::optim ? config.dp_outer : 1);
+  const ShardingTraits traits = sharding_traits(config);
+  // Padding to the optimizer's ranks makes every shard of every level whole.
+  const int64_t sharding_ranks = traits.optimizer_ranks;
   const int64_t element_bytes = dtype_bytes(config.param_dtype);
   std::vector<ParamGroup> groups;
   units.clear();
@@ -68,7 +71,7 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
   }
   for (ParamGroup& g : groups) {
     g.padded_elements = round_up(g.elements, kShardAlignElements * sharding_ranks);
-    g.shard_elements = g.padded_elements / config.dp_shard;
+    g.shard_elements = g.padded_elements / traits.param_ranks;
   }
   return groups;
 }

@@ -9,6 +9,7 @@
 #include "planner/param_groups.h"
 #include "planner/schedule.h"
 #include "planner/segments.h"
+#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -29,11 +30,11 @@ void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DT
 // Persistent buffers per group, by the strategy table (DESIGN.md, docs/model.md).
 void add_persistent_buffers(Plan& plan) {
   const FsdpConfig& c = plan.config;
-  const bool shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params;
-  const bool shard_grads = shard_params || c.sharding_strategy == ShardingStrategy::optim_grads;
-  const bool shard_optimizer = c.sharding_strategy != ShardingStrategy::no_shard;
-  const int64_t optimizer_ranks =
-      c.dp_shard * (c.outer_strategy == OuterStrategy::optim ? c.dp_outer : 1);
+  const ShardingTraits t = sharding_traits(c);
+  const bool shard_params = t.shard_params;
+  const bool shard_grads = t.shard_grads;
+  const bool shard_optimizer = t.shard_optimizer;
+  const int64_t optimizer_ranks = t.optimizer_ranks;
   const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
   for (const ParamGroup& g : plan.groups) {
     const std::string where = fmt::format("{} g{}",

@@ -5,14 +5,10 @@
 #include <algorithm>
 #include <optional>
 
+#include "planner/sharding.h"
+
 namespace shardplan {
 namespace {
-
-struct Strategy {
-  bool shard_params;  // ZeRO-3
-  bool shard_grads;   // ZeRO-2/3
-  bool hsdp;          // dp_outer > 1
-};
 
 // Builds the op list in a valid topological order and records, per transient buffer, the
 // first and last op that touch it.
@@ -87,10 +83,7 @@ std::string unit_label(const Plan& plan, int64_t unit) {
 
 void build_schedule(Plan& plan) {
   const FsdpConfig& c = plan.config;
-  const Strategy s{.shard_params = c.sharding_strategy == ShardingStrategy::optim_grads_params,
-                   .shard_grads = c.sharding_strategy == ShardingStrategy::optim_grads ||
-                                  c.sharding_strategy == ShardingStrategy::optim_grads_params,
-                   .hsdp = c.dp_outer > 1};
+  const ShardingTraits s = sharding_traits(c);
   Emitter emit(plan);
   const auto num_units = plan.units.size();
   const int64_t last_mb = c.grad_accum - 1;
@@ -142,10 +135,9 @@ void build_schedule(Plan& plan) {
 
   // The root unit is gathered when it has parameters and work of its own: a captured
   // model's root may hold nothing outside its units (nn.TransformerEncoder).
-  const bool gather_root =
-      s.shard_params && unsharded_bytes(0, 1.0, false) > 0 &&
-      std::any_of(plan.segments.begin(), plan.segments.end(),
-                  [](const PlanSegment& seg) { return seg.unit == 0; });
+  const bool gather_root = s.shard_params && unsharded_bytes(0, 1.0, false) > 0 &&
+                           std::any_of(plan.segments.begin(), plan.segments.end(),
+                                       [](const PlanSegment& seg) { return seg.unit == 0; });
 
   std::vector<int64_t> last_reduce(num_units, -1);  // final reduction op per unit
   std::vector<int64_t> next_start_deps;
@@ -255,7 +247,7 @@ void build_schedule(Plan& plan) {
     }
     auto reduce = [&](int64_t unit, std::vector<int64_t> deps) {
       const auto u = static_cast<std::size_t>(unit);
-      const bool all_reduce = c.sharding_strategy == ShardingStrategy::no_shard;
+      const bool all_reduce = s.all_reduce_grads;
       std::vector<int64_t> reads =
           s.shard_grads ? std::vector<int64_t>{unsharded_grad[u]} : main_grads[u];
       const int64_t id = emit.op(PlanOp{
@@ -273,7 +265,7 @@ void build_schedule(Plan& plan) {
       rs_op[u] = id;
       last_reduce[u] = id;
       if (s.hsdp && mb == last_mb) {
-        const bool outer_rs = c.outer_strategy == OuterStrategy::optim;
+        const bool outer_rs = s.outer_optimizer;
         last_reduce[u] =
             emit.op(PlanOp{.stream = Stream::outer,
                            .kind = outer_rs ? OpKind::reduce_scatter : OpKind::all_reduce,
@@ -413,12 +405,11 @@ void build_schedule(Plan& plan) {
                                       .writes = std::move(step_writes)});
   free_after_waiters(plan);
   // ZeRO-1/2 keep full weights: gather the updated shards back into them.
-  const bool post_gather = c.sharding_strategy == ShardingStrategy::optim ||
-                           c.sharding_strategy == ShardingStrategy::optim_grads;
+  const bool post_gather = s.post_step_gather;
   for (std::size_t u = 0; u < num_units; ++u) {
     const auto unit = static_cast<int64_t>(u);
     if (!has_grads(unit)) continue;
-    if (c.outer_strategy == OuterStrategy::optim && s.hsdp) {
+    if (s.outer_optimizer && s.hsdp) {
       emit.op(PlanOp{
           .stream = Stream::outer,
           .kind = OpKind::all_gather,

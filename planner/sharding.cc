@@ -1,0 +1,20 @@
+#include "planner/sharding.h"
+
+namespace shardplan {
+
+ShardingTraits sharding_traits(const FsdpConfig& config) {
+  const ShardingStrategy s = config.sharding_strategy;
+  ShardingTraits t;
+  t.shard_params = s == ShardingStrategy::optim_grads_params;
+  t.shard_grads = t.shard_params || s == ShardingStrategy::optim_grads;
+  t.shard_optimizer = s != ShardingStrategy::no_shard;
+  t.all_reduce_grads = s == ShardingStrategy::no_shard;
+  t.post_step_gather = s == ShardingStrategy::optim || s == ShardingStrategy::optim_grads;
+  t.hsdp = config.dp_outer > 1;
+  t.outer_optimizer = config.outer_strategy == OuterStrategy::optim;
+  t.param_ranks = config.dp_shard;
+  t.optimizer_ranks = config.dp_shard * (t.outer_optimizer ? config.dp_outer : 1);
+  return t;
+}
+
+}  // namespace shardplan

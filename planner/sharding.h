@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+
+#include "planner/fsdp_config.h"
+
+namespace shardplan {
+
+// What a config shards, as one table (Megatron-FSDP's zero_dp_strategy and
+// outer_dp_sharding_strategy, seeds/002 README; docs/model.md):
+//
+//   strategy             params  grads  optimizer  after the step
+//   no_shard (DDP)         -       -        -      grads all-reduced
+//   optim (ZeRO-1)         -       -        ✓      ag_post gathers the weights back
+//   optim_grads (ZeRO-2)   -       ✓        ✓      ag_post gathers the weights back
+//   optim_grads_params     ✓       ✓        ✓      weights stay sharded (gathered per unit)
+//
+// HSDP: outer_strategy optim also shards the optimizer over dp_outer (ZeRO-3 only).
+struct ShardingTraits {
+  bool shard_params = false;      // weights live as shards, gathered per unit (ZeRO-3)
+  bool shard_grads = false;       // gradients are reduce-scattered into shards (ZeRO-2/3)
+  bool shard_optimizer = false;   // main weights and optimizer states are shards (ZeRO-1/2/3)
+  bool all_reduce_grads = false;  // nothing sharded: gradients all-reduced, as DDP does
+  bool post_step_gather = false;  // full weights kept: updated shards gathered after the step
+  bool hsdp = false;              // dp_outer > 1: replicas reduce across dp_outer
+  bool outer_optimizer = false;   // the optimizer is also sharded over dp_outer
+  int64_t param_ranks = 1;        // ranks a weight (and gradient) is split over: dp_shard
+  int64_t optimizer_ranks = 1;    // ranks the optimizer state is split over
+};
+
+// The traits of a resolved config (dp_shard set).
+ShardingTraits sharding_traits(const FsdpConfig& config);
+
+}  // namespace shardplan
