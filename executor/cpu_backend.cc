@@ -84,8 +84,8 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
   }
   ~CpuBackend() override {
-    for (MPI_Comm* c : {&shard_, &outer_}) {
-      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    for (MPI_Comm& c : comms_) {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     }
   }
 
@@ -95,10 +95,13 @@ class CpuBackend final : public ExecutorBackend {
 
   void prepare(const Plan& plan) override {
     plan_ = &plan;
-    dp_shard_ = static_cast<int>(plan.config.dp_shard);
-    // dp_shard ranks are consecutive; dp_outer ranks are dp_shard apart.
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp_shard_, rank_, &shard_);
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ % dp_shard_, rank_, &outer_);
+    // One communicator per process group, split as the plan lays the group out.
+    comms_.assign(plan.process_groups.size(), MPI_COMM_NULL);
+    for (std::size_t g = 0; g < plan.process_groups.size(); ++g) {
+      MPI_Comm_split(MPI_COMM_WORLD,
+                     static_cast<int>(group_instance(plan.process_groups[g], rank_)), rank_,
+                     &comms_[g]);
+    }
   }
 
   std::byte* allocate(int64_t bytes) override {
@@ -115,7 +118,7 @@ class CpuBackend final : public ExecutorBackend {
       const PlanBuffer& b = *s.buffer;
       if (b.role == BufferRole::model_weight) {
         // A ZeRO-3 shard is its rank's slice of the full contents.
-        const int64_t base = b.sharded ? static_cast<int64_t>(rank_ % dp_shard_) * b.bytes : 0;
+        const int64_t base = shard_position(b) * b.bytes;
         for (int64_t j = 0; j < b.bytes; ++j) s.data[j] = weight_byte(b.id, base + j);
       } else {
         std::memset(s.data, 0, static_cast<std::size_t>(b.bytes));
@@ -188,8 +191,12 @@ class CpuBackend final : public ExecutorBackend {
     }
   }
 
-  MPI_Comm comm(const PlanOp& op) const {
-    return op.group == CommGroup::dp_outer ? outer_ : shard_;
+  MPI_Comm comm(const PlanOp& op) const { return comms_[static_cast<std::size_t>(op.group)]; }
+
+  // Which slice of a sharded buffer this rank holds (0 for a whole one).
+  int64_t shard_position(const PlanBuffer& b) const {
+    if (b.shard_group < 0) return 0;
+    return group_rank(plan_->process_groups[static_cast<std::size_t>(b.shard_group)], rank_);
   }
 
   void compute(const PlanOp& op, const std::vector<BufferSpan>& writes) {
@@ -237,7 +244,7 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm c = comm(op);
     int p = 0;
     MPI_Comm_size(c, &p);
-    for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+    for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
       const BufferSpan& out = part.target;
       if (!part.in_place) {
         // ZeRO-3: every rank's shard into the group's region of the unsharded buffer.
@@ -260,8 +267,7 @@ class CpuBackend final : public ExecutorBackend {
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, counts.data(), displs.data(),
                      MPI_BYTE, c);
       if (options_.check) {
-        const int64_t base =
-            out.buffer->sharded ? static_cast<int64_t>(rank_ % dp_shard_) * out.bytes : 0;
+        const int64_t base = shard_position(*out.buffer) * out.bytes;
         for (int64_t j = 0; j < out.bytes; ++j) {
           if (out.data[j] != weight_byte(out.buffer->id, base + j))
             fail(op, out, j, "the gathered weights differ from every rank's shard");
@@ -277,7 +283,7 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm_size(c, &p);
     MPI_Comm_rank(c, &me);
     const bool all_reduce = op.kind == OpKind::all_reduce;
-    for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+    for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
       const BufferSpan& w = part.target;
       const int64_t e = dtype_bytes(w.buffer->dtype);
       const MPI_Datatype type = element_type(e);
@@ -327,9 +333,9 @@ class CpuBackend final : public ExecutorBackend {
   }
 
   ReplayOptions options_;
-  int rank_ = 0, size_ = 1, dp_shard_ = 1, step_ = 0;
+  int rank_ = 0, size_ = 1, step_ = 0;
   const Plan* plan_ = nullptr;
-  MPI_Comm shard_ = MPI_COMM_NULL, outer_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> comms_;                    // one per plan process group
   std::unordered_map<int64_t, uint64_t> written_;  // transient buffer -> fingerprint
   std::vector<BufferSpan> persistent_;
   float sink_ = 0;

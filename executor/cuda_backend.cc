@@ -58,27 +58,31 @@ class CudaBackend final : public ExecutorBackend {
 
   void prepare(const Plan& plan) override {
     plan_ = &plan;
-    dp_shard_ = static_cast<int>(plan.config.dp_shard);
-    const int dp_outer = static_cast<int>(plan.config.dp_outer);
-    const int shard_rank = rank_ % dp_shard_, outer_rank = rank_ / dp_shard_;
-    // One NCCL id per group, made by the group's first rank and sent over MPI.
-    char shard_id[128] = {}, outer_id[128] = {};
-    if (mpi_) {
-      MPI_Comm shard, outer;
-      MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp_shard_, rank_, &shard);
-      MPI_Comm_split(MPI_COMM_WORLD, rank_ % dp_shard_, rank_, &outer);
-      if (shard_rank == 0 && dp_shard_ > 1) check(unique_id_(shard_id, &error_));
-      if (outer_rank == 0 && dp_outer > 1) check(unique_id_(outer_id, &error_));
-      MPI_Bcast(shard_id, 128, MPI_BYTE, 0, shard);
-      MPI_Bcast(outer_id, 128, MPI_BYTE, 0, outer);
-      MPI_Comm_free(&shard);
-      MPI_Comm_free(&outer);
+    // A communicator for each process group a collective runs over: one NCCL id per
+    // instance, made by its first rank and sent over MPI to the rest.
+    std::vector<bool> used(plan.process_groups.size(), false);
+    for (const PlanOp& op : plan.ops) {
+      if (op.group >= 0) used[static_cast<std::size_t>(op.group)] = true;
+    }
+    std::vector<ShardplanCudaGroup> groups(plan.process_groups.size());
+    for (std::size_t g = 0; g < plan.process_groups.size(); ++g) {
+      const ProcessGroup& pg = plan.process_groups[g];
+      ShardplanCudaGroup& out = groups[g];
+      out = ShardplanCudaGroup{};
+      out.ranks = used[g] ? static_cast<int>(pg.size) : 1;
+      out.rank = static_cast<int>(group_rank(pg, rank_));
+      if (!mpi_ || out.ranks <= 1) continue;
+      MPI_Comm instance;
+      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(group_instance(pg, rank_)), rank_, &instance);
+      if (out.rank == 0) check(unique_id_(out.id, &error_));
+      MPI_Bcast(out.id, sizeof out.id, MPI_BYTE, 0, instance);
+      MPI_Comm_free(&instance);
     }
     // Ranks on a node take its devices in order.
     const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
     const int devices = std::max(1, probe_cuda().device_count);
-    check(open_(local % devices, static_cast<int>(plan.ops.size()), dp_shard_, shard_rank, shard_id,
-                dp_outer, outer_rank, outer_id, &context_, &error_));
+    check(open_(local % devices, static_cast<int>(plan.ops.size()), static_cast<int>(groups.size()),
+                groups.data(), &context_, &error_));
   }
 
   std::byte* allocate(int64_t bytes) override {
@@ -96,7 +100,7 @@ class CudaBackend final : public ExecutorBackend {
            const std::vector<BufferSpan>& writes) override {
     ShardplanCudaOp c{};
     c.stream = static_cast<int>(op.stream);
-    c.group = op.group == CommGroup::dp_outer ? 1 : 0;
+    c.group = static_cast<int>(op.group);
     c.id = op.id;
     static_assert(sizeof(long long) == sizeof(int64_t));
     c.deps = reinterpret_cast<const long long*>(op.deps.data());
@@ -104,8 +108,11 @@ class CudaBackend final : public ExecutorBackend {
     c.name = op.name.c_str();
     c.parts = 1;
     std::vector<ShardplanCudaOp> calls;
-    const int p = static_cast<int>(op.group_ranks);
-    const int me = op.group == CommGroup::dp_outer ? rank_ / dp_shard_ : rank_ % dp_shard_;
+    const int p = static_cast<int>(op_group_size(*plan_, op));
+    const int me = op.group >= 0
+                       ? static_cast<int>(group_rank(
+                             plan_->process_groups[static_cast<std::size_t>(op.group)], rank_))
+                       : 0;
     switch (op.kind) {
       case OpKind::forward:
       case OpKind::backward:
@@ -146,7 +153,7 @@ class CudaBackend final : public ExecutorBackend {
         c.kind = op.kind == OpKind::all_gather       ? kCudaAllGather
                  : op.kind == OpKind::reduce_scatter ? kCudaReduceScatter
                                                      : kCudaAllReduce;
-        for (const CollectivePart& part : collective_parts(op, reads, writes)) {
+        for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
           // NCCL counts elements; in place, a rank's region starts at rank × count.
           const int e = c.kind == kCudaAllGather
                             ? 1
@@ -205,13 +212,12 @@ class CudaBackend final : public ExecutorBackend {
 
   std::vector<long long> shapes_;
   bool mpi_ = false;
-  int rank_ = 0, size_ = 1, dp_shard_ = 1;
+  int rank_ = 0, size_ = 1;
   const Plan* plan_ = nullptr;
   void* context_ = nullptr;
   ShardplanCudaError error_{};
   int (*unique_id_)(void*, ShardplanCudaError*) = nullptr;
-  int (*open_)(int, int, int, int, const void*, int, int, const void*, void**,
-               ShardplanCudaError*) = nullptr;
+  int (*open_)(int, int, int, const ShardplanCudaGroup*, void**, ShardplanCudaError*) = nullptr;
   int (*alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
   int (*begin_)(void*, ShardplanCudaError*) = nullptr;
   int (*run_)(void*, const ShardplanCudaOp*, ShardplanCudaError*) = nullptr;

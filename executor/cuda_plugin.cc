@@ -46,8 +46,7 @@ struct Context {
   int device = 0;
   cudaStream_t streams[4] = {};
   cublasHandle_t blas = nullptr;
-  ncclComm_t comms[2] = {nullptr, nullptr};
-  int group_ranks[2] = {1, 1};
+  std::vector<ncclComm_t> comms;  // one per plan process group; null for a single rank
   cudaEvent_t step_start = nullptr;
   std::vector<cudaEvent_t> starts, ends;
   std::vector<char> ran;
@@ -98,9 +97,8 @@ extern "C" int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error) 
   return 0;
 }
 
-extern "C" int shardplan_cuda_open(int device, int num_ops, int shard_ranks, int shard_rank,
-                                   const void* shard_id, int outer_ranks, int outer_rank,
-                                   const void* outer_id, void** context,
+extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
+                                   const ShardplanCudaGroup* groups, void** context,
                                    ShardplanCudaError* error) {
   auto* c = new Context();
   *context = c;
@@ -111,15 +109,15 @@ extern "C" int shardplan_cuda_open(int device, int num_ops, int shard_ranks, int
       return 1;
   }
   if (failed(cublasCreate(&c->blas), "cublasCreate", error)) return 1;
-  const int ranks[2] = {shard_ranks, outer_ranks};
-  const int rank[2] = {shard_rank, outer_rank};
-  const void* ids[2] = {shard_id, outer_id};
-  for (int g = 0; g < 2; ++g) {
-    c->group_ranks[g] = ranks[g];
-    if (ranks[g] <= 1) continue;
+  c->comms.assign(static_cast<std::size_t>(num_groups), nullptr);
+  for (int g = 0; g < num_groups; ++g) {
+    if (groups[g].ranks <= 1) continue;
     ncclUniqueId id;
-    std::memcpy(&id, ids[g], sizeof id);
-    if (failed(ncclCommInitRank(&c->comms[g], ranks[g], id, rank[g]), "ncclCommInitRank", error))
+    static_assert(sizeof id <= sizeof groups[g].id);
+    std::memcpy(&id, groups[g].id, sizeof id);
+    if (failed(ncclCommInitRank(&c->comms[static_cast<std::size_t>(g)], groups[g].ranks, id,
+                                groups[g].rank),
+               "ncclCommInitRank", error))
       return 1;
   }
   if (failed(cudaEventCreate(&c->step_start), "cudaEventCreate", error)) return 1;
@@ -237,7 +235,12 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
     case kCudaAllGather:
     case kCudaReduceScatter:
     case kCudaAllReduce: {
-      ncclComm_t comm = c->comms[op->group];
+      if (op->group < 0 || op->group >= static_cast<int>(c->comms.size())) {
+        std::snprintf(error->message, sizeof error->message, "op %lld names process group %d",
+                      op->id, op->group);
+        return 1;
+      }
+      ncclComm_t comm = c->comms[static_cast<std::size_t>(op->group)];
       if (comm == nullptr || op->count <= 0) break;  // one rank: nothing to move
       const ncclDataType_t type =
           op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);

@@ -33,7 +33,7 @@ enum ShardplanCudaOpKind {
 struct ShardplanCudaOp {
   int kind;      // ShardplanCudaOpKind
   int stream;    // 0 compute, 1 ag, 2 rs, 3 outer
-  int group;     // 0 dp_shard, 1 dp_outer
+  int group;     // the plan's process group (collectives)
   long long id;  // plan op id
   const long long* deps;
   int num_deps;
@@ -55,11 +55,17 @@ struct ShardplanCudaOp {
   int parts;  // records its start, the last its end
 };
 
-// `shard_id`/`outer_id`: 128-byte ncclUniqueId of each group (from shardplan_cuda_unique_id
-// on the group's first rank, broadcast by MPI); a group of one rank needs none.
+// This rank's place in one of the plan's process groups. `id`: the 128-byte ncclUniqueId
+// of its instance (from shardplan_cuda_unique_id on the instance's first rank, broadcast
+// by MPI). A group of one rank, or one no collective uses (ranks 1), gets no communicator.
+struct ShardplanCudaGroup {
+  int ranks;
+  int rank;
+  char id[128];
+};
+
 int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error);
-int shardplan_cuda_open(int device, int num_ops, int shard_ranks, int shard_rank,
-                        const void* shard_id, int outer_ranks, int outer_rank, const void* outer_id,
+int shardplan_cuda_open(int device, int num_ops, int num_groups, const ShardplanCudaGroup* groups,
                         void** context, ShardplanCudaError* error);
 int shardplan_cuda_alloc(void* context, long long bytes, void** data, ShardplanCudaError* error);
 int shardplan_cuda_begin_step(void* context, ShardplanCudaError* error);

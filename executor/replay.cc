@@ -11,9 +11,10 @@
 
 namespace shardplan {
 
-std::vector<CollectivePart> collective_parts(const PlanOp& op, const std::vector<BufferSpan>& reads,
+std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
+                                             const std::vector<BufferSpan>& reads,
                                              const std::vector<BufferSpan>& writes) {
-  const int64_t p = std::max<int64_t>(op.group_ranks, 1);
+  const int64_t p = std::max<int64_t>(op_group_size(plan, op), 1);
   std::vector<CollectivePart> parts;
   auto in_place = [&](const BufferSpan& w) {
     parts.push_back({.target = w,

@@ -55,7 +55,8 @@ struct CollectivePart {
   int64_t output_bytes = 0;
   bool in_place = false;
 };
-std::vector<CollectivePart> collective_parts(const PlanOp& op, const std::vector<BufferSpan>& reads,
+std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
+                                             const std::vector<BufferSpan>& reads,
                                              const std::vector<BufferSpan>& writes);
 
 // What a device does for the replay engine (STYLE.md §3: CPU and CUDA). The engine owns

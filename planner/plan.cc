@@ -16,9 +16,6 @@ constexpr NameTable<OpKind, 7> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                             {OpKind::backward, "backward"},
                                             {OpKind::recompute, "recompute"},
                                             {OpKind::optimizer_step, "optimizer_step"}}};
-constexpr NameTable<CommGroup, 3> kGroups = {{{CommGroup::none, "none"},
-                                              {CommGroup::dp_shard, "dp_shard"},
-                                              {CommGroup::dp_outer, "dp_outer"}}};
 constexpr NameTable<BufferRole, 11> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
@@ -40,9 +37,6 @@ std::string_view stream_name(Stream s) {
 std::string_view op_kind_name(OpKind k) {
   return name_of(kOpKinds, k);
 }
-std::string_view comm_group_name(CommGroup g) {
-  return name_of(kGroups, g);
-}
 std::string_view buffer_role_name(BufferRole r) {
   return name_of(kRoles, r);
 }
@@ -52,9 +46,6 @@ std::optional<Stream> parse_stream(std::string_view text) {
 }
 std::optional<OpKind> parse_op_kind(std::string_view text) {
   return value_of(kOpKinds, text);
-}
-std::optional<CommGroup> parse_comm_group(std::string_view text) {
-  return value_of(kGroups, text);
 }
 std::optional<BufferRole> parse_buffer_role(std::string_view text) {
   return value_of(kRoles, text);
@@ -66,11 +57,33 @@ std::vector<std::string> stream_names() {
 std::vector<std::string> op_kind_names() {
   return names_of(kOpKinds);
 }
-std::vector<std::string> comm_group_names() {
-  return names_of(kGroups);
-}
 std::vector<std::string> buffer_role_names() {
   return names_of(kRoles);
+}
+
+bool is_collective(OpKind kind) {
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+}
+
+int64_t group_rank(const ProcessGroup& group, int64_t rank) {
+  return rank / group.stride % group.size;
+}
+
+int64_t group_instance(const ProcessGroup& group, int64_t rank) {
+  // The rank with position 0 in the instance names it.
+  return rank - group_rank(group, rank) * group.stride;
+}
+
+int64_t find_process_group(const Plan& plan, std::string_view name) {
+  for (std::size_t g = 0; g < plan.process_groups.size(); ++g) {
+    if (plan.process_groups[g].name == name) return static_cast<int64_t>(g);
+  }
+  return -1;
+}
+
+int64_t op_group_size(const Plan& plan, const PlanOp& op) {
+  if (op.group < 0 || op.group >= static_cast<int64_t>(plan.process_groups.size())) return 1;
+  return plan.process_groups[static_cast<std::size_t>(op.group)].size;
 }
 
 std::vector<int64_t> earliest_compute_waiters(const Plan& plan) {

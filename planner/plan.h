@@ -14,7 +14,7 @@
 namespace shardplan {
 
 // plan.json schema version; bump on any incompatible change (docs/formats.md).
-inline constexpr int kPlanVersion = 3;
+inline constexpr int kPlanVersion = 4;
 
 enum class Stream { compute, ag, rs, outer };
 enum class OpKind {
@@ -26,8 +26,6 @@ enum class OpKind {
   recompute,
   optimizer_step,
 };
-// The ranks a collective runs over.
-enum class CommGroup { none, dp_shard, dp_outer };
 enum class BufferRole {
   model_weight,           // param dtype (FP8 with fp8_param_gather), sharded under ZeRO-3
   fp8_columnwise_weight,  // MXFP8's column-wise copy
@@ -44,16 +42,31 @@ enum class BufferRole {
 
 std::string_view stream_name(Stream s);
 std::string_view op_kind_name(OpKind k);
-std::string_view comm_group_name(CommGroup g);
 std::string_view buffer_role_name(BufferRole r);
 std::optional<Stream> parse_stream(std::string_view text);
 std::optional<OpKind> parse_op_kind(std::string_view text);
-std::optional<CommGroup> parse_comm_group(std::string_view text);
 std::optional<BufferRole> parse_buffer_role(std::string_view text);
 std::vector<std::string> stream_names();
 std::vector<std::string> op_kind_names();
-std::vector<std::string> comm_group_names();
 std::vector<std::string> buffer_role_names();
+
+// A family of communicators over the job's ranks, as a mesh dimension (or a run of
+// adjacent dimensions flattened) describes it: `size` ranks, `stride` apart. Rank r
+// belongs to the instance holding r, at position (r / stride) % size; with ranks laid out
+// innermost-first (dp_shard consecutive, dp_outer dp_shard apart) every mesh dimension is
+// one such family. Collectives and shards name their group by index into
+// Plan::process_groups, so every consumer splits ranks the way the planner did.
+struct ProcessGroup {
+  std::string name;  // "dp_shard", "dp_outer", "dp" (both, flattened)
+  int64_t size = 1;
+  int64_t stride = 1;
+};
+
+// Rank `rank`'s position inside its instance of `group` (0 .. size-1).
+int64_t group_rank(const ProcessGroup& group, int64_t rank);
+// Which instance of `group` holds `rank`: equal for exactly the ranks of one instance
+// (the color of MPI_Comm_split).
+int64_t group_instance(const ProcessGroup& group, int64_t rank);
 
 // One flat buffer's worth of parameters: a unit's parameters of one (dtype,
 // requires_grad), split further by bucket_bytes. Padded so it divides into equal shards
@@ -108,7 +121,9 @@ struct PlanBuffer {
   DType dtype = DType::bf16;
   int64_t bytes = 0;
   bool persistent = true;
-  bool sharded = false;
+  // Each rank holds its own slice (at its position in this process group); -1: every
+  // rank holds all of it.
+  int64_t shard_group = -1;
   // Transient buffers are live over ops [live_begin, live_end) in op order (half-open:
   // a buffer freed at op t and one allocated at t may share bytes).
   int64_t live_begin = 0;
@@ -127,9 +142,8 @@ struct PlanOp {
   std::string name;          // "ag_fwd layers.0 mb0"
   double bytes = 0;  // collectives: message size as nccl-tests counts it; compute: HBM traffic
   double flops = 0;
-  double attention_flops = 0;  // the part of `flops` run by attention kernels
-  CommGroup group = CommGroup::none;
-  int64_t group_ranks = 1;
+  double attention_flops = 0;   // the part of `flops` run by attention kernels
+  int64_t group = -1;           // collectives: index into Plan::process_groups; -1 otherwise
   std::vector<int64_t> deps;    // ops that must finish first (ids below this op's)
   std::vector<int64_t> reads;   // buffer ids
   std::vector<int64_t> writes;  // buffer ids
@@ -149,6 +163,7 @@ struct Plan {
   int64_t num_gpus = 0;
   int64_t gpus_per_node = 0;
   FsdpConfig config;  // resolved: dp_shard set
+  std::vector<ProcessGroup> process_groups;
   std::vector<PlanUnit> units;
   std::vector<ParamGroup> groups;
   std::vector<PlanSegment> segments;
@@ -163,6 +178,15 @@ struct Plan {
   // Tokens each GPU processes per step (micro_batch × seq_len × grad_accum).
   int64_t tokens_per_gpu = 0;
 };
+
+// All-gather, reduce-scatter or all-reduce: the ops that run over a process group.
+bool is_collective(OpKind kind);
+
+// The index of the process group named `name`, or -1.
+int64_t find_process_group(const Plan& plan, std::string_view name);
+
+// The ranks of `op`'s group (1 for ops that are not collectives).
+int64_t op_group_size(const Plan& plan, const PlanOp& op);
 
 // For every op, the earliest compute-stream op that depends on it, directly or through
 // other ops (ops.size() when none does). A buffer used on a communication stream can be

@@ -15,7 +15,7 @@ namespace shardplan {
 namespace {
 
 void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DType dtype,
-                    int64_t bytes, bool sharded, std::string name) {
+                    int64_t bytes, int64_t shard_group, std::string name) {
   plan.buffers.push_back(PlanBuffer{.id = static_cast<int64_t>(plan.buffers.size()),
                                     .role = role,
                                     .unit = unit,
@@ -23,7 +23,7 @@ void add_persistent(Plan& plan, BufferRole role, int64_t unit, int64_t group, DT
                                     .dtype = dtype,
                                     .bytes = bytes,
                                     .persistent = true,
-                                    .sharded = sharded,
+                                    .shard_group = shard_group,
                                     .name = std::move(name)});
 }
 
@@ -35,6 +35,10 @@ void add_persistent_buffers(Plan& plan) {
   const bool shard_grads = t.shard_grads;
   const bool shard_optimizer = t.shard_optimizer;
   const int64_t optimizer_ranks = t.optimizer_ranks;
+  const int64_t param_group = find_process_group(plan, "dp_shard");
+  const int64_t optimizer_group = find_process_group(plan, t.outer_optimizer ? "dp" : "dp_shard");
+  const int64_t weight_shards = shard_params ? param_group : -1;
+  const int64_t optimizer_shards = shard_optimizer ? optimizer_group : -1;
   const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
   for (const ParamGroup& g : plan.groups) {
     const std::string where = fmt::format("{} g{}",
@@ -45,28 +49,28 @@ void add_persistent_buffers(Plan& plan) {
     const int64_t weight_elements = shard_params ? g.shard_elements : g.padded_elements;
     const DType weight_dtype = c.fp8_param_gather ? DType::fp8_e4m3 : g.dtype;
     add_persistent(plan, BufferRole::model_weight, g.unit, g.id, weight_dtype,
-                   weight_elements * dtype_bytes(weight_dtype), shard_params,
+                   weight_elements * dtype_bytes(weight_dtype), weight_shards,
                    "model_weight " + where);
     if (c.fp8_param_gather && c.fp8_recipe == Fp8Recipe::mxfp8) {
       add_persistent(plan, BufferRole::fp8_columnwise_weight, g.unit, g.id, DType::fp8_e4m3,
-                     weight_elements, shard_params, "fp8_columnwise_weight " + where);
+                     weight_elements, weight_shards, "fp8_columnwise_weight " + where);
     }
     if (!g.requires_grad) continue;
     const int64_t optimizer_elements =
         shard_optimizer ? g.padded_elements / optimizer_ranks : g.padded_elements;
     if (main_copy) {
       add_persistent(plan, BufferRole::main_weight, g.unit, g.id, c.main_param_dtype,
-                     optimizer_elements * dtype_bytes(c.main_param_dtype), shard_optimizer,
+                     optimizer_elements * dtype_bytes(c.main_param_dtype), optimizer_shards,
                      "main_weight " + where);
     }
     add_persistent(
         plan, BufferRole::main_grad, g.unit, g.id, c.main_grad_dtype,
         (shard_grads ? g.shard_elements : g.padded_elements) * dtype_bytes(c.main_grad_dtype),
-        shard_grads, "main_grad " + where);
+        shard_grads ? param_group : -1, "main_grad " + where);
     const int states = c.optimizer == Optimizer::adam ? 2 : 1;
     for (int state = 0; state < states; ++state) {
       add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32,
-                     optimizer_elements * 4, shard_optimizer,
+                     optimizer_elements * 4, optimizer_shards,
                      fmt::format("optimizer_state{} {}", state, where));
     }
   }
@@ -91,12 +95,12 @@ void add_persistent_buffers(Plan& plan) {
     if (!shard_params) largest_weight = 0;
     for (int i = 0; i < 2; ++i) {
       add_persistent(plan, BufferRole::double_buffer, -1, -1,
-                     c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype, largest_weight, false,
+                     c.fp8_param_gather ? DType::fp8_e4m3 : c.param_dtype, largest_weight, -1,
                      fmt::format("double_buffer weight{}", i));
     }
     for (int i = 0; i < 2; ++i) {
-      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.grad_reduce_dtype, largest_grad,
-                     false, fmt::format("double_buffer grad{}", i));
+      add_persistent(plan, BufferRole::double_buffer, -1, -1, c.grad_reduce_dtype, largest_grad, -1,
+                     fmt::format("double_buffer grad{}", i));
     }
   }
 }
@@ -171,6 +175,7 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
   plan.num_gpus = cluster.num_gpus;
   plan.gpus_per_node = cluster.gpus_per_node;
   plan.config = c;
+  plan.process_groups = fsdp_process_groups(c);
   plan.non_tensor_bytes = cluster.non_tensor_bytes;
   plan.capacity_bytes = cluster.gpu.hbm_bytes;
 

@@ -97,12 +97,16 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"dtype", dtype_name(b.dtype)},
                         {"bytes", b.bytes},
                         {"persistent", b.persistent},
-                        {"sharded", b.sharded}};
+                        {"shard_group", b.shard_group}};
     if (!b.persistent) {
       j["live"] = {b.live_begin, b.live_end};
       j["offset"] = b.offset;
     }
     buffers.push_back(std::move(j));
+  }
+  nlohmann::json process_groups = nlohmann::json::array();
+  for (const ProcessGroup& g : plan.process_groups) {
+    process_groups.push_back({{"name", g.name}, {"size", g.size}, {"stride", g.stride}});
   }
   nlohmann::json ops = nlohmann::json::array();
   for (const PlanOp& o : plan.ops) {
@@ -116,8 +120,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                    {"bytes", o.bytes},
                    {"flops", o.flops},
                    {"attention_flops", o.attention_flops},
-                   {"group", comm_group_name(o.group)},
-                   {"group_ranks", o.group_ranks},
+                   {"group", o.group},
                    {"deps", ids(o.deps)},
                    {"reads", ids(o.reads)},
                    {"writes", ids(o.writes)}});
@@ -132,6 +135,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
           {"model_flops", plan.model_flops},
           {"tokens_per_gpu", plan.tokens_per_gpu},
           {"config", fsdp_config_to_json(plan.config)},
+          {"process_groups", std::move(process_groups)},
           {"pool",
            {{"algorithm", plan.pool.algorithm},
             {"alignment_bytes", plan.pool.alignment_bytes},
@@ -148,8 +152,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
 Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"version", "model", "cluster", "num_gpus", "gpus_per_node", "non_tensor_bytes",
-                 "capacity_bytes", "model_flops", "tokens_per_gpu", "config", "pool", "memory",
-                 "units", "groups", "segments", "buffers", "ops"});
+                 "capacity_bytes", "model_flops", "tokens_per_gpu", "config", "process_groups",
+                 "pool", "memory", "units", "groups", "segments", "buffers", "ops"});
   Plan plan;
   plan.version = static_cast<int>(r.integer("version"));
   if (plan.version != kPlanVersion) {
@@ -166,6 +170,12 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   plan.tokens_per_gpu = r.positive_integer("tokens_per_gpu");
   plan.config = fsdp_config_from_json(r.value("config"), label + " /config");
   if (plan.config.dp_shard == 0) r.fail("config", "dp_shard must be resolved in a plan");
+  for (const JsonReader& g : r.objects("process_groups")) {
+    g.expect_only({"name", "size", "stride"});
+    plan.process_groups.push_back(ProcessGroup{.name = g.string("name"),
+                                               .size = g.positive_integer("size"),
+                                               .stride = g.positive_integer("stride")});
+  }
   const JsonReader pool = r.object("pool");
   pool.expect_only({"algorithm", "alignment_bytes", "size_bytes", "lower_bound_bytes"});
   plan.pool = PoolPlan{.algorithm = pool.string("algorithm"),
@@ -213,7 +223,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& b : r.objects("buffers")) {
     b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes",
-                   "persistent", "sharded", "live", "offset"});
+                   "persistent", "shard_group", "live", "offset"});
     PlanBuffer buffer{.id = b.integer("id"),
                       .role = parse_named<BufferRole>(b, "role", parse_buffer_role,
                                                       buffer_role_names, "buffer role"),
@@ -223,7 +233,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                       .dtype = parse_dtype(b.string("dtype"), label, b.path_of("dtype")),
                       .bytes = b.integer("bytes"),
                       .persistent = b.boolean("persistent"),
-                      .sharded = b.boolean("sharded"),
+                      .shard_group = b.integer("shard_group"),
                       .name = b.string("name")};
     if (!buffer.persistent) {
       const std::vector<int64_t> live = b.integers("live");
@@ -236,7 +246,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes",
-                   "flops", "attention_flops", "group", "group_ranks", "deps", "reads", "writes"});
+                   "flops", "attention_flops", "group", "deps", "reads", "writes"});
     plan.ops.push_back(
         PlanOp{.id = o.integer("id"),
                .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
@@ -248,9 +258,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                .bytes = o.non_negative_number("bytes"),
                .flops = o.non_negative_number("flops"),
                .attention_flops = o.non_negative_number("attention_flops"),
-               .group = parse_named<CommGroup>(o, "group", parse_comm_group, comm_group_names,
-                                               "communication group"),
-               .group_ranks = o.positive_integer("group_ranks"),
+               .group = o.integer("group"),
                .deps = o.integers("deps"),
                .reads = o.integers("reads"),
                .writes = o.integers("writes")});

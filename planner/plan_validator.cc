@@ -29,11 +29,51 @@ std::string_view plan_error_kind_name(PlanErrorKind kind) {
       return "size_mismatch";
     case PlanErrorKind::unwaited_async_use:
       return "unwaited_async_use";
+    case PlanErrorKind::bad_process_group:
+      return "bad_process_group";
   }
   return "?";
 }
 
+namespace {
+
+// Every group tiles the job's ranks; collectives name one, other ops none; a sharded
+// buffer names the group its slices are spread over.
+std::optional<PlanError> check_process_groups(const Plan& plan) {
+  const auto num_groups = static_cast<int64_t>(plan.process_groups.size());
+  for (const ProcessGroup& g : plan.process_groups) {
+    if (g.size < 1 || g.stride < 1 || plan.num_gpus % (g.size * g.stride) != 0) {
+      return PlanError{PlanErrorKind::bad_process_group,
+                       fmt::format("process group '{}' of {} ranks {} apart does not tile {} GPUs",
+                                   g.name, g.size, g.stride, plan.num_gpus)};
+    }
+  }
+  if (find_process_group(plan, "dp_shard") < 0) {
+    return PlanError{PlanErrorKind::bad_process_group, "no process group 'dp_shard'"};
+  }
+  for (const PlanOp& op : plan.ops) {
+    const bool named = op.group >= 0 && op.group < num_groups;
+    if (is_collective(op.kind) ? !named : op.group != -1) {
+      return PlanError{PlanErrorKind::bad_process_group,
+                       fmt::format("op {} '{}' names process group {} ({} groups; collectives name "
+                                   "one, other ops -1)",
+                                   op.id, op.name, op.group, num_groups)};
+    }
+  }
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.shard_group < -1 || b.shard_group >= num_groups) {
+      return PlanError{PlanErrorKind::bad_process_group,
+                       fmt::format("buffer {} '{}' is sharded over process group {} ({} groups)",
+                                   b.id, b.name, b.shard_group, num_groups)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<PlanError> validate_plan(const Plan& plan) {
+  if (auto error = check_process_groups(plan)) return error;
   const auto num_ops = static_cast<int64_t>(plan.ops.size());
   const auto num_buffers = static_cast<int64_t>(plan.buffers.size());
   for (int64_t i = 0; i < num_buffers; ++i) {
@@ -151,6 +191,8 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
                      fmt::format("pool of {} bytes is below its lower bound of {}",
                                  plan.pool.size_bytes, plan.pool.lower_bound_bytes)};
   }
+  const int64_t shard_ranks =
+      plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "dp_shard"))].size;
   for (const PlanUnit& unit : plan.units) {
     int64_t elements = 0;
     for (int64_t g : unit.groups) {
@@ -160,7 +202,7 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
       }
       const ParamGroup& group = plan.groups[static_cast<std::size_t>(g)];
       if (group.padded_elements < group.elements ||
-          group.shard_elements * plan.config.dp_shard != group.padded_elements) {
+          group.shard_elements * shard_ranks != group.padded_elements) {
         return PlanError{PlanErrorKind::size_mismatch,
                          fmt::format("group {} pads {} elements to {} in shards of {}", g,
                                      group.elements, group.padded_elements, group.shard_elements)};

@@ -18,6 +18,7 @@ enum class PlanErrorKind {
   overlapping_buffers,  // two buffers live at once share bytes
   size_mismatch,        // totals that do not add up (groups, pool vs lower bound)
   unwaited_async_use,   // a buffer freed before a compute op waits for its async reader
+  bad_process_group,    // a group that does not tile the ranks, or a reference to none
 };
 
 std::string_view plan_error_kind_name(PlanErrorKind kind);

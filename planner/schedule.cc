@@ -36,7 +36,6 @@ class Emitter {
                  .dtype = dtype,
                  .bytes = static_cast<int64_t>(bytes),
                  .persistent = false,
-                 .sharded = false,
                  .live_begin = -1,
                  .live_end = -1,
                  .name = std::move(name)};
@@ -84,6 +83,8 @@ std::string unit_label(const Plan& plan, int64_t unit) {
 void build_schedule(Plan& plan) {
   const FsdpConfig& c = plan.config;
   const ShardingTraits s = sharding_traits(c);
+  const int64_t shard_group = find_process_group(plan, "dp_shard");
+  const int64_t outer_group = find_process_group(plan, "dp_outer");
   Emitter emit(plan);
   const auto num_units = plan.units.size();
   const int64_t last_mb = c.grad_accum - 1;
@@ -167,8 +168,7 @@ void build_schedule(Plan& plan) {
                          .name = fmt::format("{} {} mb{}", backward ? "ag_bwd" : "ag_fwd",
                                              unit_label(plan, unit), mb),
                          .bytes = unsharded_bytes(unit, gather_bytes, false),
-                         .group = CommGroup::dp_shard,
-                         .group_ranks = c.dp_shard,
+                         .group = shard_group,
                          .deps = std::move(deps),
                          .reads = weights[static_cast<std::size_t>(unit)],
                          .writes = {buffer}});
@@ -257,8 +257,7 @@ void build_schedule(Plan& plan) {
           .micro_batch = mb,
           .name = fmt::format("{} {} mb{}", all_reduce ? "ar" : "rs", unit_label(plan, unit), mb),
           .bytes = unsharded_bytes(unit, grad_bytes, true),
-          .group = CommGroup::dp_shard,
-          .group_ranks = c.dp_shard,
+          .group = shard_group,
           .deps = std::move(deps),
           .reads = std::move(reads),
           .writes = main_grads[u]});
@@ -276,8 +275,7 @@ void build_schedule(Plan& plan) {
                            .bytes = all_reduce ? unsharded_bytes(unit, grad_bytes, true)
                                                : unsharded_bytes(unit, grad_bytes, true) /
                                                      static_cast<double>(c.dp_shard),
-                           .group = CommGroup::dp_outer,
-                           .group_ranks = c.dp_outer,
+                           .group = outer_group,
                            .deps = {id},
                            .reads = main_grads[u],
                            .writes = main_grads[u]});
@@ -417,8 +415,7 @@ void build_schedule(Plan& plan) {
           .name = fmt::format("outer_ag {}", unit_label(plan, unit)),
           .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true) /
                    static_cast<double>(c.dp_shard),
-          .group = CommGroup::dp_outer,
-          .group_ranks = c.dp_outer,
+          .group = outer_group,
           .deps = {step},
           .reads = optimizer[u],
           .writes = weights[u]});
@@ -430,8 +427,7 @@ void build_schedule(Plan& plan) {
           .unit = unit,
           .name = fmt::format("ag_post {}", unit_label(plan, unit)),
           .bytes = unsharded_bytes(unit, static_cast<double>(dtype_bytes(c.param_dtype)), true),
-          .group = CommGroup::dp_shard,
-          .group_ranks = c.dp_shard,
+          .group = shard_group,
           .deps = {step},
           .reads = optimizer[u],
           .writes = weights[u]});

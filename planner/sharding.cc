@@ -17,4 +17,15 @@ ShardingTraits sharding_traits(const FsdpConfig& config) {
   return t;
 }
 
+std::vector<ProcessGroup> fsdp_process_groups(const FsdpConfig& config) {
+  std::vector<ProcessGroup> groups = {
+      {.name = "dp_shard", .size = config.dp_shard, .stride = 1},
+      {.name = "dp_outer", .size = config.dp_outer, .stride = config.dp_shard},
+  };
+  if (sharding_traits(config).outer_optimizer) {
+    groups.push_back({.name = "dp", .size = config.dp_shard * config.dp_outer, .stride = 1});
+  }
+  return groups;
+}
+
 }  // namespace shardplan

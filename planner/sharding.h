@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "planner/fsdp_config.h"
+#include "planner/plan.h"
 
 namespace shardplan {
 
@@ -30,5 +31,11 @@ struct ShardingTraits {
 
 // The traits of a resolved config (dp_shard set).
 ShardingTraits sharding_traits(const FsdpConfig& config);
+
+// The process groups of a resolved config's mesh, innermost first: "dp_shard" (dp_shard
+// consecutive ranks: inside a node as far as they fit, where NCCL's bandwidth is),
+// "dp_outer" (dp_outer ranks, dp_shard apart), and "dp" (both, flattened) when the
+// optimizer is sharded over both (outer_strategy optim).
+std::vector<ProcessGroup> fsdp_process_groups(const FsdpConfig& config);
 
 }  // namespace shardplan

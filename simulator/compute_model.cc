@@ -4,13 +4,12 @@
 
 namespace shardplan {
 
-RankLayout group_layout(const Plan& plan, CommGroup group, int64_t ranks) {
+RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
+  // Members `stride` apart: a node of `per_node` consecutive ranks holds per_node / stride
+  // of them (at least one, at most the group).
   const int64_t per_node = std::max<int64_t>(plan.gpus_per_node, 1);
-  if (group == CommGroup::dp_outer) {
-    const int64_t stride = std::max<int64_t>(plan.config.dp_shard, 1);
-    return {ranks, std::clamp<int64_t>(per_node / stride, 1, ranks)};
-  }
-  return {ranks, std::min(ranks, per_node)};
+  return {group.size,
+          std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
 }
 
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
@@ -38,8 +37,10 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
       const Collective c = op.kind == OpKind::all_gather       ? Collective::all_gather
                            : op.kind == OpKind::reduce_scatter ? Collective::reduce_scatter
                                                                : Collective::all_reduce;
-      const RankLayout layout = group_layout(plan, op.group, op.group_ranks);
-      if (layout.ranks <= 1 || op.bytes <= 0) return {};
+      if (op.group < 0 || op.bytes <= 0) return {};
+      const RankLayout layout =
+          group_layout(plan, plan.process_groups[static_cast<std::size_t>(op.group)]);
+      if (layout.ranks <= 1) return {};
       const CollectiveEstimate est = estimate_collective(cluster, c, op.bytes, layout);
       return {.seconds = est.seconds,
               .latency_seconds = est.latency_seconds,

@@ -26,8 +26,9 @@ struct OpCost {
 // model (collective_model.h) over the ranks of the op's group.
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
 
-// Where the ranks of a plan's group sit: dp_shard ranks are consecutive (inside a node
-// as far as they fit), dp_outer ranks are dp_shard apart.
-RankLayout group_layout(const Plan& plan, CommGroup group, int64_t ranks);
+// Where the ranks of a process group sit: its members are `stride` ranks apart, so
+// consecutive groups (dp_shard) fill a node before they span nodes and strided ones
+// (dp_outer, dp_shard apart) span nodes sooner.
+RankLayout group_layout(const Plan& plan, const ProcessGroup& group);
 
 }  // namespace shardplan

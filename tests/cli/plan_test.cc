@@ -1,4 +1,6 @@
 // End-to-end tests of `shardplan plan`: the summary, plan.json, and bad input.
+#include "planner/plan.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -49,7 +51,7 @@ TEST(PlanCommand, WritesAValidPlanFile) {
   std::ifstream in(path);
   ASSERT_TRUE(in.good());
   const nlohmann::json plan = nlohmann::json::parse(in);
-  EXPECT_EQ(plan["version"], 3);
+  EXPECT_EQ(plan["version"], kPlanVersion);
   EXPECT_EQ(plan["ops"].size(), j["ops"].get<std::size_t>());
   EXPECT_EQ(plan["config"]["dp_shard"], 2);
   EXPECT_EQ(plan["ops"].back()["name"], "optimizer_step");

@@ -28,7 +28,7 @@ struct Placed {
     std::vector<BufferSpan> reads, writes;
     for (int64_t b : op.reads) reads.push_back(spans[static_cast<std::size_t>(b)]);
     for (int64_t b : op.writes) writes.push_back(spans[static_cast<std::size_t>(b)]);
-    return collective_parts(op, reads, writes);
+    return collective_parts(plan, op, reads, writes);
   }
 };
 
@@ -43,7 +43,7 @@ TEST(CollectiveParts, Zero3GathersEachGroupShardIntoItsRegion) {
       for (const CollectivePart& part : parts) {
         EXPECT_FALSE(part.in_place);
         EXPECT_EQ(part.output, next) << op.name;  // group regions follow one another
-        EXPECT_EQ(part.output_bytes, part.input_bytes * op.group_ranks);
+        EXPECT_EQ(part.output_bytes, part.input_bytes * op_group_size(p.plan, op));
         next += part.output_bytes;
       }
       EXPECT_EQ(next, parts.front().target.data + parts.front().target.bytes) << op.name;
@@ -52,7 +52,7 @@ TEST(CollectiveParts, Zero3GathersEachGroupShardIntoItsRegion) {
     if (op.kind == OpKind::reduce_scatter) {
       for (const CollectivePart& part : p.parts(op)) {
         EXPECT_FALSE(part.in_place);
-        EXPECT_EQ(part.input_bytes, part.output_bytes * op.group_ranks);
+        EXPECT_EQ(part.input_bytes, part.output_bytes * op_group_size(p.plan, op));
         EXPECT_EQ(part.output, part.target.data);
       }
       ++checked;

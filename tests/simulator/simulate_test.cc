@@ -47,6 +47,7 @@ struct PlanMaker {
     plan.num_gpus = 2;
     plan.gpus_per_node = 8;
     plan.config.dp_shard = 2;
+    plan.process_groups = {{.name = "dp_shard", .size = 2, .stride = 1}};
     plan.tokens_per_gpu = 1000;
     plan.capacity_bytes = int64_t{1} << 40;
   }
@@ -54,12 +55,7 @@ struct PlanMaker {
     return add({.stream = Stream::compute, .kind = kind, .flops = seconds * 1e12}, deps);
   }
   int64_t collective(Stream stream, OpKind kind, double bytes, std::vector<int64_t> deps) {
-    return add({.stream = stream,
-                .kind = kind,
-                .bytes = bytes,
-                .group = CommGroup::dp_shard,
-                .group_ranks = 2},
-               deps);
+    return add({.stream = stream, .kind = kind, .bytes = bytes, .group = 0}, deps);
   }
   int64_t add(PlanOp op, std::vector<int64_t> deps) {
     op.id = static_cast<int64_t>(plan.ops.size());
