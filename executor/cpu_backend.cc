@@ -212,16 +212,7 @@ class CpuBackend final : public ExecutorBackend {
       const Eigen::MatrixXf c = a * b;
       sink_ += c(0, 0);
     };
-    if (op.segment >= 0) {
-      for (const GemmShape& g : plan_->segments[static_cast<std::size_t>(op.segment)].gemms) {
-        if (op.kind == OpKind::backward) {
-          gemm(g.m, g.k, g.n);  // input gradient
-          gemm(g.n, g.k, g.m);  // weight gradient
-        } else {
-          gemm(g.m, g.n, g.k);
-        }
-      }
-    }
+    for (const GemmShape& g : op_gemms(*plan_, op)) gemm(g.m, g.n, g.k);
     for (const BufferSpan& s : writes) {
       const PlanBuffer& buf = *s.buffer;
       if (buf.role == BufferRole::unsharded_grad || buf.role == BufferRole::main_grad) {

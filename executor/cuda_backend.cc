@@ -122,17 +122,8 @@ class CudaBackend final : public ExecutorBackend {
         c.attention_flops = op.attention_flops;
         c.memory_bytes = static_cast<long long>(op.bytes);
         shapes_.clear();
-        if (op.segment >= 0) {
-          // Forward (and its recompute) runs each matmul; backward two per matmul: the
-          // input gradient (m × k × n) and the weight gradient (n × k × m).
-          for (const GemmShape& g : plan_->segments[static_cast<std::size_t>(op.segment)].gemms) {
-            if (op.kind == OpKind::backward) {
-              shapes_.insert(shapes_.end(), {g.m, g.k, g.n, g.n, g.k, g.m});
-            } else {
-              shapes_.insert(shapes_.end(), {g.m, g.n, g.k});
-            }
-          }
-        }
+        for (const GemmShape& g : op_gemms(*plan_, op))
+          shapes_.insert(shapes_.end(), {g.m, g.n, g.k});
         c.gemms = shapes_.data();
         c.num_gemms = static_cast<int>(shapes_.size() / 3);
         calls.push_back(c);

@@ -61,6 +61,20 @@ std::vector<std::string> buffer_role_names() {
   return names_of(kRoles);
 }
 
+std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op) {
+  std::vector<GemmShape> out;
+  if (op.segment < 0) return out;
+  for (const GemmShape& g : plan.segments[static_cast<std::size_t>(op.segment)].gemms) {
+    if (op.kind == OpKind::backward) {
+      out.push_back({.m = g.m, .n = g.k, .k = g.n});
+      out.push_back({.m = g.n, .n = g.k, .k = g.m});
+    } else {
+      out.push_back(g);
+    }
+  }
+  return out;
+}
+
 bool is_collective(OpKind kind) {
   return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
 }

@@ -179,6 +179,12 @@ struct Plan {
   int64_t tokens_per_gpu = 0;
 };
 
+// The matmuls a compute op runs, each as (m, n, k): forward and recompute run every
+// forward matmul of the op's segment; backward two per matmul, the input gradient
+// (m × k × n: tokens × in ← out) and the weight gradient (n × k × m: out × in ← tokens).
+// Empty for ops without a segment.
+std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op);
+
 // All-gather, reduce-scatter or all-reduce: the ops that run over a process group.
 bool is_collective(OpKind kind);
 
