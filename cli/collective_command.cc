@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/error.h"
 #include "models/suggest.h"
@@ -81,6 +82,28 @@ int run_collective(const CollectiveParams& p, std::ostream& out) {
       {"size (B)", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"}, table,
       {0, 1, 2, 3, 4});
   return 0;
+}
+
+Command add_collective_command(CLI::App& app) {
+  auto params = std::make_shared<CollectiveParams>();
+  CollectiveParams& p = *params;
+  p.cluster = kDefaultCluster;
+  auto* collective = app.add_subcommand(
+      "collective", "predicted time, algbw and busbw of one NCCL collective (nccl-tests style)");
+  collective->add_option("--cluster", p.cluster, "zoo cluster name or cluster JSON file")
+      ->capture_default_str();
+  collective->add_option("--nodes", p.nodes, "nodes in the job (default 1)")
+      ->check(positive_whole_number());
+  collective->add_option("--gpus", p.gpus, "GPUs in the job, instead of --nodes")
+      ->check(positive_whole_number());
+  collective->add_option("--op", p.op, "all_gather | reduce_scatter | all_reduce")->required();
+  collective->add_option("--bytes", p.bytes, "size as nccl-tests counts it: 4096, 64K, 1GiB, 1GB");
+  collective->add_option("--ranks", p.ranks, "ranks taking part (default: every GPU)")
+      ->check(positive_whole_number());
+  collective->add_flag("--sweep", p.sweep, "a table from 1 KiB to 8 GiB");
+  collective->add_flag("--json", p.json, "machine-readable output");
+
+  return {collective, [params] { return run_collective(*params, std::cout); }};
 }
 
 }  // namespace shardplan

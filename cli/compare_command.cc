@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -39,7 +40,7 @@ void check_same_plan(const Timeline& predicted, const Timeline& measured, const 
 
 // Total op time per kind (busy time, summed over ops).
 std::map<std::string, std::pair<double, double>> time_by_kind(const Timeline& predicted,
-                                                               const Timeline& measured) {
+                                                              const Timeline& measured) {
   std::map<std::string, std::pair<double, double>> by_kind;
   for (const TimelineOp& op : predicted.ops) by_kind[op.kind].first += op.end - op.start;
   for (const TimelineOp& op : measured.ops) by_kind[op.kind].second += op.end - op.start;
@@ -85,7 +86,8 @@ int run_compare(const CompareParams& p, std::ostream& out) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& [kind, t] : by_kind)
     rows.push_back({kind, ms(t.first), ms(t.second), error_percent(t.first, t.second)});
-  for (const auto& [name, x, y] : streams) rows.push_back({name, ms(x), ms(y), error_percent(x, y)});
+  for (const auto& [name, x, y] : streams)
+    rows.push_back({name, ms(x), ms(y), error_percent(x, y)});
   out << fmt::format("{} ({}) against {} ({}), op time summed per kind:\n", p.predicted,
                      predicted.source, p.measured, measured.source);
   if (by_kind_only) {
@@ -94,6 +96,24 @@ int run_compare(const CompareParams& p, std::ostream& out) {
   }
   out << render_table({"", "predicted (ms)", "measured (ms)", "error"}, rows, {1, 2, 3});
   return 0;
+}
+
+Command add_compare_command(CLI::App& app) {
+  auto params = std::make_shared<CompareParams>();
+  CompareParams& p = *params;
+  auto* compare = app.add_subcommand(
+      "compare", "predicted against measured timeline: op time per kind and the step");
+  compare->add_option("predicted", p.predicted, "timeline.json from simulate")
+      ->required()
+      ->check(CLI::ExistingFile);
+  compare
+      ->add_option("measured", p.measured,
+                   "timeline.json from execute, or from trace import --timeline")
+      ->required()
+      ->check(CLI::ExistingFile);
+  compare->add_flag("--json", p.json, "machine-readable output");
+
+  return {compare, [params] { return run_compare(*params, std::cout); }};
 }
 
 }  // namespace shardplan

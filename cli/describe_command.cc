@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/cluster_spec.h"
 #include "models/model_summary.h"
@@ -154,6 +155,23 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
 
   print_memory(memory, cluster, resolved, out);
   return 0;
+}
+
+Command add_describe_command(CLI::App& app) {
+  auto params = std::make_shared<DescribeParams>();
+  DescribeParams& p = *params;
+  auto* describe = app.add_subcommand(
+      "describe", "parameters, FLOPs and activations of a model, and its memory per GPU");
+  add_job_options(*describe, p.job);
+  describe->add_option("--micro-batch", p.micro_batch, "sequences per micro-batch")
+      ->check(positive_whole_number());
+  describe->add_option("--seq-len", p.seq_len, "tokens per sequence")
+      ->check(positive_whole_number());
+  describe->add_option("--recompute", p.recompute, "none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  describe->add_flag("--json", p.json, "machine-readable output");
+
+  return {describe, [params] { return run_describe(*params, std::cout); }};
 }
 
 }  // namespace shardplan

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "executor/cpu_backend.h"
 #include "executor/cuda_backend.h"
@@ -123,6 +124,30 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
                         : "integrity checks: off\n");
   if (!p.output.empty()) out << "wrote " << p.output << "\n";
   return 0;
+}
+
+Command add_execute_command(CLI::App& app) {
+  auto params = std::make_shared<ExecuteParams>();
+  ExecuteParams& p = *params;
+  auto* execute = app.add_subcommand(
+      "execute", "replay a plan on CPUs with MPI (mpirun -np GPUS), checking it on real data");
+  execute->add_option("--plan", p.plan, "plan.json")->required()->check(CLI::ExistingFile);
+  execute->add_option("--backend", p.backend, "cpu | cuda")->capture_default_str();
+  execute->add_option("--warmup", p.warmup, "untimed steps first")->capture_default_str();
+  execute->add_option("--steps", p.steps, "timed steps")->capture_default_str();
+  execute
+      ->add_option("--compute-scale", p.compute_scale,
+                   "fraction of each compute op's FLOPs run as a GEMM (cpu)")
+      ->capture_default_str();
+  execute
+      ->add_option("--timeout", p.timeout_seconds,
+                   "seconds a rank may wait without progress before the job is ended")
+      ->capture_default_str();
+  execute->add_flag("--no-check", p.no_check, "skip the integrity checks");
+  execute->add_option("-o,--output", p.output, "write the measured timeline.json");
+  execute->add_flag("--json", p.json, "machine-readable summary");
+
+  return {execute, [params] { return run_execute(*params, std::cout, std::cerr); }};
 }
 
 }  // namespace shardplan

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
@@ -137,6 +138,29 @@ int run_pack(const PackParams& p, std::ostream& out) {
     if (!p.output.empty()) out << "wrote " << p.output << "\n";
   }
   return 0;
+}
+
+Command add_pack_command(CLI::App& app) {
+  auto params = std::make_shared<PackParams>();
+  PackParams& p = *params;
+  auto* pack =
+      app.add_subcommand("pack", "place buffers at pool offsets (MiniMalloc CSV or plan.json)");
+  pack->add_option("--input", p.input, "buffer table (id,lower,upper,size CSV) or plan.json")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pack->add_option("--algorithm", p.algorithm, "slots | best-fit | exact | auto")
+      ->capture_default_str();
+  pack->add_option("--capacity", p.capacity, "the pool may not exceed this many bytes")
+      ->check(positive_whole_number());
+  pack->add_option("--time-limit", p.time_limit_seconds, "seconds for the exact search")
+      ->capture_default_str();
+  pack->add_option("--alignment", p.alignment, "offset alignment in bytes")
+      ->capture_default_str()
+      ->check(positive_whole_number());
+  pack->add_option("-o,--output", p.output, "write the placement (CSV with offsets, or plan.json)");
+  pack->add_flag("--json", p.json, "machine-readable output");
+
+  return {pack, [params] { return run_pack(*params, std::cout); }};
 }
 
 }  // namespace shardplan

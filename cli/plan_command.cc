@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "planner/plan_builder.h"
@@ -100,6 +101,18 @@ int run_plan(const PlanParams& p, std::ostream& out) {
     if (!p.output.empty()) out << "wrote " << p.output << "\n";
   }
   return 0;
+}
+
+Command add_plan_command(CLI::App& app) {
+  auto params = std::make_shared<PlanParams>();
+  PlanParams& p = *params;
+  auto* plan =
+      app.add_subcommand("plan", "FSDP units, buffers, op schedule and pooled memory per GPU");
+  add_job_options(*plan, p.job);
+  plan->add_option("-o,--output", p.output, "write plan.json here");
+  plan->add_flag("--json", p.json, "machine-readable summary");
+
+  return {plan, [params] { return run_plan(*params, std::cout); }};
 }
 
 }  // namespace shardplan

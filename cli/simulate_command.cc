@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
@@ -109,6 +110,36 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     if (!path->empty()) out << "wrote " << *path << "\n";
   }
   return 0;
+}
+
+Command add_simulate_command(CLI::App& app) {
+  auto params = std::make_shared<SimulateParams>();
+  SimulateParams& p = *params;
+  auto* simulate = app.add_subcommand(
+      "simulate", "predict one step: op timeline, step time, MFU, exposed communication, memory");
+  add_job_options(*simulate, p.job);
+  simulate
+      ->add_option("--plan", p.plan,
+                   "simulate this plan.json (instead of planning --model on --cluster)")
+      ->check(CLI::ExistingFile);
+  simulate->add_option("--trace-out", p.trace_out,
+                       "write a Chrome trace (Perfetto, chrome://tracing)");
+  simulate->add_option("--timeline-out", p.timeline_out, "write the predicted timeline.json");
+  simulate->add_option("--report", p.report,
+                       "write a self-contained HTML report (summary, memory, pool, streams)");
+  simulate->add_flag("--json", p.json, "machine-readable summary");
+
+  return {simulate, [params, simulate] {
+            params->cluster_given = simulate->count("--cluster") > 0;
+            if (!params->plan.empty()) {
+              for (const char* flag : {"--model", "--nodes", "--gpus", "--config", "--set"}) {
+                if (simulate->count(flag) > 0) {
+                  throw InputError("", flag, "cannot be combined with --plan (the plan fixes it)");
+                }
+              }
+            }
+            return run_simulate(*params, std::cout);
+          }};
 }
 
 }  // namespace shardplan

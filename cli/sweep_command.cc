@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
@@ -322,6 +323,38 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   }
   if (!p.emit_config.empty()) out << "wrote " << p.emit_config << " (the winner)\n";
   return 0;
+}
+
+Command add_sweep_command(CLI::App& app) {
+  auto params = std::make_shared<SweepParams>();
+  SweepParams& p = *params;
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "search sharding, prefetch, recompute and micro-batch for the fastest plan that fits");
+  add_job_options(*sweep, p.job);
+  sweep->add_option("--space", p.space_file, "search space JSON (default: the usual space)")
+      ->check(CLI::ExistingFile);
+  sweep->add_option("--strategies", p.strategies, "sharding strategies to try")->delimiter(',');
+  sweep->add_option("--dp-outer", p.dp_outer, "HSDP outer sizes to try")->delimiter(',');
+  sweep->add_option("--prefetch", p.prefetch, "prefetch depths to try")->delimiter(',');
+  sweep->add_option("--recompute", p.recompute, "recompute modes to try")->delimiter(',');
+  sweep->add_option("--micro-batch", p.micro_batch, "micro-batch sizes to try")->delimiter(',');
+  sweep->add_option("--global-batch", p.global_batch, "sequences per step, all GPUs")
+      ->check(positive_whole_number());
+  sweep->add_option("--global-batch-tokens", p.global_batch_tokens, "tokens per step, all GPUs")
+      ->check(positive_whole_number());
+  sweep->add_option("--mem-cap", p.mem_cap,
+                    "peak memory allowed per GPU, e.g. 70GiB (default: GPU memory less 5 %)");
+  sweep->add_option("-j,--jobs", p.threads, "threads (default: every core)");
+  sweep->add_option("--top", p.top, "rows of the ranked table")->capture_default_str();
+  sweep->add_flag("--no-prune", p.no_prune, "simulate even what cannot fit");
+  sweep->add_option("--csv", p.csv, "write every configuration as CSV");
+  sweep->add_option("--report", p.report, "write an HTML report with the Pareto chart");
+  sweep->add_option("--emit-config", p.emit_config,
+                    "write the winner as a config file for plan, simulate and execute");
+  sweep->add_flag("--json", p.json, "machine-readable output");
+
+  return {sweep, [params] { return run_sweep(*params, std::cout, std::cerr); }};
 }
 
 }  // namespace shardplan

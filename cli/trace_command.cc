@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "planner/plan_json.h"
@@ -99,6 +100,32 @@ int run_trace_import(const TraceImportParams& p, std::ostream& out) {
     print_summary(imported, out);
   }
   return 0;
+}
+
+Command add_trace_command(CLI::App& app) {
+  auto params = std::make_shared<TraceImportParams>();
+  TraceImportParams& p = *params;
+  auto* trace = app.add_subcommand("trace", "read profiler traces (trace import)");
+  trace->require_subcommand(1);
+  auto* trace_import = trace->add_subcommand(
+      "import", "a PyTorch profiler (Kineto) trace: module order, collectives, measured step");
+  trace_import->add_option("trace", p.input, "Chrome-trace JSON, gzipped or not")
+      ->required()
+      ->check(CLI::ExistingFile);
+  trace_import->add_option("-o,--output", p.output,
+                           "write the imported step (step trace, module times, collectives)");
+  trace_import->add_option("--timeline", p.timeline,
+                           "write the measured step as timeline.json (for compare)");
+  trace_import->add_option("--step", p.step,
+                           "profiler step to import: K or ProfilerStep#K (default: the last)");
+  trace_import
+      ->add_option("--depth", p.depth, "module levels below the first branching level to trace")
+      ->capture_default_str()
+      ->check(non_negative_whole_number());
+  trace_import->add_option("--format", p.format, "kineto | auto")->capture_default_str();
+  trace_import->add_flag("--json", p.json, "machine-readable output");
+
+  return {trace, [params] { return run_trace_import(*params, std::cout); }};
 }
 
 }  // namespace shardplan

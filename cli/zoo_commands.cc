@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/text_format.h"
 #include "executor/cuda_probe.h"
 #include "models/cluster_spec.h"
@@ -105,6 +106,29 @@ int run_version(bool json, std::ostream& out) {
     out << "CUDA backend: not built\n";
   }
   return 0;
+}
+
+Command add_models_command(CLI::App& app) {
+  auto params = std::make_shared<ZooParams>();
+  ZooParams& p = *params;
+  auto* models = app.add_subcommand("models", "list the built-in models");
+  models->add_flag("--json", p.json, "machine-readable output");
+  return {models, [params] { return run_models(*params, std::cout); }};
+}
+
+Command add_clusters_command(CLI::App& app) {
+  auto params = std::make_shared<ZooParams>();
+  ZooParams& p = *params;
+  auto* clusters = app.add_subcommand("clusters", "list the built-in clusters");
+  clusters->add_flag("--json", p.json, "machine-readable output");
+  return {clusters, [params] { return run_clusters(*params, std::cout); }};
+}
+
+Command add_version_command(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  auto* version = app.add_subcommand("version", "version and CUDA backend status");
+  version->add_flag("--json", *json, "machine-readable output");
+  return {version, [json] { return run_version(*json, std::cout); }};
 }
 
 }  // namespace shardplan

@@ -1,0 +1,58 @@
+#include "cli/options.h"
+
+#include <string>
+
+#include "models/cluster_spec.h"
+#include "models/zoo.h"
+
+namespace shardplan {
+namespace {
+
+CLI::Validator whole_number_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        try {
+          std::size_t used = 0;
+          const long long value = std::stoll(text, &used);
+          if (used != text.size()) return "expected a whole number, got '" + text + "'";
+          if (value < min) {
+            return min == 1 ? "must be positive, got " + text
+                            : "must be at least " + std::to_string(min) + ", got " + text;
+          }
+          return "";
+        } catch (const std::exception&) {
+          return "expected a whole number, got '" + text + "'";
+        }
+      },
+      min == 1 ? "POSITIVE" : "INT>=" + std::to_string(min));
+}
+
+}  // namespace
+
+const CLI::Validator& positive_whole_number() {
+  static const CLI::Validator validator = whole_number_at_least(1);
+  return validator;
+}
+
+const CLI::Validator& non_negative_whole_number() {
+  static const CLI::Validator validator = whole_number_at_least(0);
+  return validator;
+}
+
+void add_job_options(CLI::App& command, JobParams& job) {
+  job.model = kDefaultModel;
+  job.cluster = kDefaultCluster;
+  command.add_option("--model", job.model, "zoo model name or model JSON file")
+      ->capture_default_str();
+  command.add_option("--cluster", job.cluster, "zoo cluster name or cluster JSON file")
+      ->capture_default_str();
+  command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")
+      ->check(positive_whole_number());
+  command.add_option("--gpus", job.gpus, "GPUs in the job, instead of --nodes")
+      ->check(positive_whole_number());
+  command.add_option("--config", job.config_file, "FSDP config JSON file")
+      ->check(CLI::ExistingFile);
+  command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");
+}
+
+}  // namespace shardplan
