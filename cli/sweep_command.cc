@@ -110,79 +110,32 @@ std::string csv_text(const SweepResult& r) {
   return out;
 }
 
-// Nothing fits: the evaluated point with the least memory, and the fewest GPUs (in
-// doublings of the node count) at which it would fit.
-std::string no_fit_advice(const SweepResult& r, const SearchSpace& space, const Job& job,
-                          const Evaluator& evaluate) {
-  const SweepPoint* lowest = nullptr;
-  for (const SweepPoint& p : r.points) {
-    if (p.state == PointState::evaluated &&
-        (lowest == nullptr || p.summary.peak_reserved_bytes < lowest->summary.peak_reserved_bytes))
-      lowest = &p;
-  }
+// Nothing fits: the advice as text.
+std::string no_fit_text(const SweepResult& r, const NoFitAdvice& advice) {
   std::string text = fmt::format("Nothing fits under the {} cap.\n",
                                  format_bytes(static_cast<double>(r.memory_cap)));
-  if (lowest == nullptr) {
-    const SweepPoint* smallest = nullptr;
-    for (const SweepPoint& p : r.points) {
-      if (p.state == PointState::pruned &&
-          (smallest == nullptr || p.memory_lower_bound < smallest->memory_lower_bound))
-        smallest = &p;
-    }
-    if (smallest != nullptr) {
-      text += fmt::format(
-          "Every configuration was pruned: even {} needs at least {} for persistent state.\n",
-          describe_config(smallest->config), format_bytes(smallest->memory_lower_bound));
-    }
-  } else {
+  if (advice.lowest) {
+    const SweepPoint& lowest = r.points[*advice.lowest];
     text += fmt::format(
-        "The least memory: {} peaks at {} ({} over).\n", describe_config(lowest->config),
-        format_bytes(static_cast<double>(lowest->summary.peak_reserved_bytes)),
-        format_bytes(static_cast<double>(lowest->summary.peak_reserved_bytes - r.memory_cap)));
+        "The least memory: {} peaks at {} ({} over).\n", describe_config(lowest.config),
+        format_bytes(static_cast<double>(lowest.summary.peak_reserved_bytes)),
+        format_bytes(static_cast<double>(lowest.summary.peak_reserved_bytes - r.memory_cap)));
+  } else if (advice.lowest_bound) {
+    const SweepPoint& smallest = r.points[*advice.lowest_bound];
+    text += fmt::format(
+        "Every configuration was pruned: even {} needs at least {} for persistent state.\n",
+        describe_config(smallest.config), format_bytes(smallest.memory_lower_bound));
   }
-  const bool has_full = std::find(space.recompute.begin(), space.recompute.end(),
-                                  Recompute::full) != space.recompute.end();
-  const bool has_mb1 = std::find(space.micro_batches.begin(), space.micro_batches.end(), 1) !=
-                       space.micro_batches.end();
-  if (!has_full) text += "Try recompute full (not in the searched space).\n";
-  if (!has_mb1) text += "Try micro-batch 1 (not in the searched space).\n";
-  // What to grow: the least-memory evaluated point, else the pruned point that keeps the
-  // least activation memory (full recompute, smallest micro-batch), then the lowest bound.
-  const SweepPoint* base = lowest;
-  if (base == nullptr) {
-    auto key = [](const SweepPoint& p) {
-      return std::tuple(p.config.recompute != Recompute::full, p.config.micro_batch,
-                        p.memory_lower_bound);
-    };
-    for (const SweepPoint& p : r.points)
-      if (p.state == PointState::pruned && (base == nullptr || key(p) < key(*base))) base = &p;
+  if (advice.try_full_recompute) text += "Try recompute full (not in the searched space).\n";
+  if (advice.try_micro_batch_one) text += "Try micro-batch 1 (not in the searched space).\n";
+  if (!advice.grown) return text;
+  const std::string grown = describe_config(r.points[*advice.grown].config);
+  if (advice.fits_on_nodes > 0) {
+    return text + fmt::format("{} fits on {} GPUs ({} nodes): {} per GPU.\n", grown,
+                              advice.fits_on_gpus, advice.fits_on_nodes,
+                              format_bytes(static_cast<double>(advice.fits_peak_reserved_bytes)));
   }
-  if (base != nullptr) {
-    for (int64_t factor = 2; factor <= 64; factor *= 2) {
-      const int64_t nodes = job.cluster.nodes() * factor;
-      ClusterSpec bigger =
-          load_cluster(job.cluster.name.empty() ? "" : job.cluster.name, nodes, std::nullopt);
-      bigger.compute = job.cluster.compute;
-      FsdpConfig c = base->config;
-      c.dp_shard = 0;
-      // The global batch per GPU stays: the same micro_batch and grad_accum.
-      try {
-        c = resolve_fsdp_config(c, job.model, bigger, "sweep");
-      } catch (const InputError&) {
-        continue;
-      }
-      const TimelineSummary s = evaluate(c, bigger);
-      if (s.peak_reserved_bytes <= r.memory_cap) {
-        text += fmt::format("{} fits on {} GPUs ({} nodes): {} per GPU.\n",
-                            describe_config(base->config), bigger.num_gpus, nodes,
-                            format_bytes(static_cast<double>(s.peak_reserved_bytes)));
-        return text;
-      }
-    }
-    text +=
-        fmt::format("{} does not fit even on 64 times the GPUs.\n", describe_config(base->config));
-  }
-  return text;
+  return text + fmt::format("{} does not fit even on 64 times the GPUs.\n", grown);
 }
 
 }  // namespace
@@ -236,7 +189,9 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   const std::string title = fmt::format("Sweep: {} on {} GPUs of {}", job.model.name,
                                         job.cluster.num_gpus, job.cluster.name);
   std::string advice;
-  if (result.ranking.empty()) advice = no_fit_advice(result, space, job, evaluate);
+  if (result.ranking.empty()) {
+    advice = no_fit_text(result, advise_no_fit(result, space, job.model, job.cluster, evaluate));
+  }
 
   // Everything is computed before anything is written.
   if (!p.csv.empty()) write_file_atomically(p.csv, csv_text(result));

@@ -120,6 +120,83 @@ const std::vector<std::string>& fsdp_config_keys() {
   return keys;
 }
 
+namespace {
+
+// Deeper than the model has units is the same as all of them.
+constexpr int64_t kMaxDepth = int64_t{1} << 20;
+
+// The range of each whole-number field (the reader checks a file's values against these
+// too, with their JSON types).
+struct FieldRange {
+  const char* key;
+  int64_t FsdpConfig::*field;
+  int64_t lo, hi;
+};
+constexpr FieldRange kRanges[] = {
+    {"dp_shard", &FsdpConfig::dp_shard, 0, limits::kMaxGpus},  // 0: GPUs ÷ dp_outer
+    {"dp_outer", &FsdpConfig::dp_outer, 1, limits::kMaxGpus},
+    {"forward_prefetch", &FsdpConfig::forward_prefetch, 0, kMaxDepth},
+    {"backward_prefetch", &FsdpConfig::backward_prefetch, 0, kMaxDepth},
+    {"max_live_grad_buffers", &FsdpConfig::max_live_grad_buffers, 1, kMaxDepth},
+    {"micro_batch", &FsdpConfig::micro_batch, 1, limits::kMaxTokensPerMicroBatch},
+    {"grad_accum", &FsdpConfig::grad_accum, 1, limits::kMaxGradAccum},
+    {"seq_len", &FsdpConfig::seq_len, 1, limits::kMaxTokensPerMicroBatch},
+};
+
+}  // namespace
+
+void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
+  auto fail = [&](std::string_view key, const std::string& reason) {
+    throw InputError(label, "/" + std::string(key), reason);
+  };
+  for (const FieldRange& range : kRanges) {
+    if (auto reason = out_of_range_reason(c.*range.field, range.lo, range.hi))
+      fail(range.key, *reason);
+  }
+  if (c.bucket_bytes) {
+    if (auto reason = out_of_range_reason(*c.bucket_bytes, 1, limits::kMaxPoolBytes))
+      fail("bucket_bytes", *reason);
+  }
+  if (c.micro_batch > limits::kMaxTokensPerMicroBatch / c.seq_len) {
+    fail(c.micro_batch > 1 ? "micro_batch" : "seq_len",
+         fmt::format("micro_batch × seq_len = {} × {} tokens exceeds {} (2^24) per micro-batch",
+                     c.micro_batch, c.seq_len, limits::kMaxTokensPerMicroBatch));
+  }
+  // Combinations Megatron-FSDP does not support (seeds/002 README).
+  const bool zero3 = sharding_traits(c).shard_params;
+  if (c.fp8_param_gather && !zero3) {
+    fail("fp8_param_gather", fmt::format("needs sharding_strategy optim_grads_params (only "
+                                         "ZeRO-3 supports FP8 parameters), got {}",
+                                         sharding_strategy_name(c.sharding_strategy)));
+  }
+  if (c.keep_fp8_transpose_cache && !c.fp8_param_gather) {
+    fail("keep_fp8_transpose_cache", "only applies with fp8_param_gather: true");
+  }
+  if (c.fine_grained_param_gather && !zero3) {
+    fail("fine_grained_param_gather",
+         "needs sharding_strategy optim_grads_params (parameters are only gathered when "
+         "they are sharded)");
+  }
+  if (c.outer_strategy == OuterStrategy::optim && !zero3) {
+    fail("outer_strategy", "optim needs sharding_strategy optim_grads_params");
+  }
+  if (c.outer_strategy == OuterStrategy::optim && c.dp_outer == 1) {
+    fail("outer_strategy", "optim shards over dp_outer, which is 1; set dp_outer > 1");
+  }
+  if (c.double_buffer && !sharding_traits(c).shard_grads) {
+    fail("double_buffer",
+         "needs optim_grads or optim_grads_params: other strategies have "
+         "no transient unsharded buffers to double-buffer");
+  }
+  if (c.double_buffer && (c.forward_prefetch > 1 || c.backward_prefetch > 1)) {
+    fail(c.forward_prefetch > 1 ? "forward_prefetch" : "backward_prefetch",
+         "double_buffer holds two units at a time, so prefetch must be 0 or 1");
+  }
+  if (c.double_buffer && c.max_live_grad_buffers > 2) {
+    fail("max_live_grad_buffers", "double_buffer holds two gradient buffers, so at most 2");
+  }
+}
+
 FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only(fsdp_config_keys());
@@ -134,8 +211,6 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   }
   if (r.has("bucket_bytes"))
     c.bucket_bytes = r.integer_in("bucket_bytes", 1, limits::kMaxPoolBytes);
-  // Deeper than the model has units is the same as all of them.
-  constexpr int64_t kMaxDepth = int64_t{1} << 20;
   c.forward_prefetch = r.integer_in_or("forward_prefetch", 0, kMaxDepth, c.forward_prefetch);
   c.backward_prefetch = r.integer_in_or("backward_prefetch", 0, kMaxDepth, c.backward_prefetch);
   c.async_reduce = r.boolean_or("async_reduce", c.async_reduce);
@@ -147,11 +222,6 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.micro_batch = r.integer_in_or("micro_batch", 1, limits::kMaxTokensPerMicroBatch, c.micro_batch);
   c.grad_accum = r.integer_in_or("grad_accum", 1, limits::kMaxGradAccum, c.grad_accum);
   c.seq_len = r.integer_in_or("seq_len", 1, limits::kMaxTokensPerMicroBatch, c.seq_len);
-  if (c.micro_batch > limits::kMaxTokensPerMicroBatch / c.seq_len) {
-    r.fail(r.has("micro_batch") ? "micro_batch" : "seq_len",
-           fmt::format("micro_batch × seq_len = {} × {} tokens exceeds {} (2^24) per micro-batch",
-                       c.micro_batch, c.seq_len, limits::kMaxTokensPerMicroBatch));
-  }
   c.param_dtype = dtype_field(r, "param_dtype", c.param_dtype);
   if (dtype_bytes(c.param_dtype) == 1) {
     r.fail("param_dtype",
@@ -177,42 +247,11 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.allocator = parse_enum(r, "allocator", kAllocators, c.allocator);
   c.optimizer = parse_enum(r, "optimizer", kOptimizers, c.optimizer);
 
-  // Combinations Megatron-FSDP does not support (seeds/002 README).
-  const bool zero3 = sharding_traits(c).shard_params;
-  if (c.fp8_param_gather && !zero3) {
-    r.fail("fp8_param_gather", fmt::format("needs sharding_strategy optim_grads_params (only "
-                                           "ZeRO-3 supports FP8 parameters), got {}",
-                                           sharding_strategy_name(c.sharding_strategy)));
-  }
+  // A JSON-level rule: the key was given where it has no effect.
   if (r.has("fp8_recipe") && !c.fp8_param_gather) {
     r.fail("fp8_recipe", "only applies with fp8_param_gather: true");
   }
-  if (c.keep_fp8_transpose_cache && !c.fp8_param_gather) {
-    r.fail("keep_fp8_transpose_cache", "only applies with fp8_param_gather: true");
-  }
-  if (c.fine_grained_param_gather && !zero3) {
-    r.fail("fine_grained_param_gather",
-           "needs sharding_strategy optim_grads_params (parameters are only gathered when "
-           "they are sharded)");
-  }
-  if (c.outer_strategy == OuterStrategy::optim && !zero3) {
-    r.fail("outer_strategy", "optim needs sharding_strategy optim_grads_params");
-  }
-  if (c.outer_strategy == OuterStrategy::optim && c.dp_outer == 1) {
-    r.fail("outer_strategy", "optim shards over dp_outer, which is 1; set dp_outer > 1");
-  }
-  if (c.double_buffer && !sharding_traits(c).shard_grads) {
-    r.fail("double_buffer",
-           "needs optim_grads or optim_grads_params: other strategies have "
-           "no transient unsharded buffers to double-buffer");
-  }
-  if (c.double_buffer && (c.forward_prefetch > 1 || c.backward_prefetch > 1)) {
-    r.fail(c.forward_prefetch > 1 ? "forward_prefetch" : "backward_prefetch",
-           "double_buffer holds two units at a time, so prefetch must be 0 or 1");
-  }
-  if (c.double_buffer && c.max_live_grad_buffers > 2) {
-    r.fail("max_live_grad_buffers", "double_buffer holds two gradient buffers, so at most 2");
-  }
+  check_fsdp_config(c, label);
   return c;
 }
 

@@ -74,6 +74,12 @@ const std::vector<std::string>& fsdp_config_keys();
 FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& label);
 nlohmann::json fsdp_config_to_json(const FsdpConfig& config);
 
+// The rules across fields (seeds/002 README: FP8 gather needs ZeRO-3, double buffering
+// holds two units, ...) and the tokens per micro-batch; each field must already be in
+// its own range. The JSON reader applies them, and so does the sweep to every
+// configuration it builds. Errors name `label` and the field to change.
+void check_fsdp_config(const FsdpConfig& config, const std::string& label);
+
 // Applies `key=value` overrides (the --set flag) to a config object before it is read.
 // The value is read as JSON when it parses (8, true, ["layers.*"]) and as a string
 // otherwise (full, bf16).

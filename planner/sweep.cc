@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -266,11 +267,9 @@ SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
           p.reason = fmt::format("micro_batch {} does not divide the global batch",
                                  configs[i].micro_batch);
         } else {
-          // The config file reader holds the rules on which knobs combine (FP8 needs
-          // ZeRO-3, ...): every point passes through it.
-          const FsdpConfig checked =
-              fsdp_config_from_json(fsdp_config_to_json(configs[i]), "sweep");
-          p.config = resolve_fsdp_config(checked, model, cluster, "sweep");
+          // The rules on which knobs combine (FP8 needs ZeRO-3, ...).
+          check_fsdp_config(configs[i], "sweep");
+          p.config = resolve_fsdp_config(configs[i], model, cluster, "sweep");
           p.memory_lower_bound = memory_lower_bound(model, cluster, p.config);
           if (options.prune && p.memory_lower_bound > static_cast<double>(options.memory_cap)) {
             p.state = PointState::pruned;
@@ -336,6 +335,77 @@ SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
     }
   }
   return result;
+}
+
+namespace {
+
+std::optional<std::size_t> lowest_peak(const SweepResult& r) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < r.points.size(); ++i) {
+    const SweepPoint& p = r.points[i];
+    if (p.state == PointState::evaluated &&
+        (!best || p.summary.peak_reserved_bytes < r.points[*best].summary.peak_reserved_bytes))
+      best = i;
+  }
+  return best;
+}
+
+// Among pruned points, the least by `key`.
+template <typename Key>
+std::optional<std::size_t> least_pruned(const SweepResult& r, Key key) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < r.points.size(); ++i) {
+    if (r.points[i].state == PointState::pruned &&
+        (!best || key(r.points[i]) < key(r.points[*best])))
+      best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+NoFitAdvice advise_no_fit(const SweepResult& result, const SearchSpace& space,
+                          const ModelSpec& model, const ClusterSpec& cluster,
+                          const Evaluator& evaluate) {
+  NoFitAdvice advice;
+  advice.lowest = lowest_peak(result);
+  if (!advice.lowest) {
+    advice.lowest_bound =
+        least_pruned(result, [](const SweepPoint& p) { return p.memory_lower_bound; });
+  }
+  advice.try_full_recompute = std::find(space.recompute.begin(), space.recompute.end(),
+                                        Recompute::full) == space.recompute.end();
+  advice.try_micro_batch_one = std::find(space.micro_batches.begin(), space.micro_batches.end(),
+                                         1) == space.micro_batches.end();
+  advice.grown = advice.lowest;
+  if (!advice.grown) {
+    advice.grown = least_pruned(result, [](const SweepPoint& p) {
+      return std::tuple(p.config.recompute != Recompute::full, p.config.micro_batch,
+                        p.memory_lower_bound);
+    });
+  }
+  if (!advice.grown) return advice;
+  const FsdpConfig& base = result.points[*advice.grown].config;
+  for (int64_t factor = 2; factor <= 64; factor *= 2) {
+    const int64_t nodes = cluster.nodes() * factor;
+    ClusterSpec bigger = load_cluster(cluster.name, nodes, std::nullopt);
+    bigger.compute = cluster.compute;
+    FsdpConfig c = base;
+    c.dp_shard = 0;
+    try {
+      c = resolve_fsdp_config(c, model, bigger, "sweep");
+    } catch (const InputError&) {
+      continue;
+    }
+    const TimelineSummary s = evaluate(c, bigger);
+    if (s.peak_reserved_bytes <= result.memory_cap) {
+      advice.fits_on_nodes = nodes;
+      advice.fits_on_gpus = bigger.num_gpus;
+      advice.fits_peak_reserved_bytes = s.peak_reserved_bytes;
+      break;
+    }
+  }
+  return advice;
 }
 
 }  // namespace shardplan

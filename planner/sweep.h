@@ -92,6 +92,29 @@ SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
                       const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
                       const SweepOptions& options);
 
+// When nothing fits: what came closest, what the space left out, and the fewest GPUs (the
+// job's nodes doubled up to six times) at which the closest configuration fits.
+struct NoFitAdvice {
+  std::optional<std::size_t> lowest;  // the evaluated point with the least peak memory
+  // When every point was pruned: the one with the lowest memory bound.
+  std::optional<std::size_t> lowest_bound;
+  bool try_full_recompute = false;   // recompute full is not in the space
+  bool try_micro_batch_one = false;  // micro-batch 1 is not in the space
+  // The point grown to more GPUs: the least-memory evaluated point, else the pruned point
+  // that keeps the least activation memory (full recompute, smallest micro-batch), then
+  // the lowest bound.
+  std::optional<std::size_t> grown;
+  int64_t fits_on_nodes = 0;  // 0: not even on 64 times the nodes
+  int64_t fits_on_gpus = 0;
+  int64_t fits_peak_reserved_bytes = 0;
+};
+
+// Searches for the advice above; `evaluate` predicts the grown configurations. The global
+// batch per GPU stays (the same micro-batch and grad_accum).
+NoFitAdvice advise_no_fit(const SweepResult& result, const SearchSpace& space,
+                          const ModelSpec& model, const ClusterSpec& cluster,
+                          const Evaluator& evaluate);
+
 // The default memory cap: the GPU's memory less 5 % headroom for what no model sees
 // (allocator fragmentation across streams, NCCL buffers of extra communicators,
 // framework temporaries); docs/model.md.

@@ -202,3 +202,79 @@ TEST(Sweep, SpaceFileErrorsNameTheField) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// Nothing fits on one node under a cap set at what the least-memory configuration needs
+// on two (simulated here directly): the advice names that configuration and two nodes.
+TEST(NoFitAdvice, GrowsTheLeastMemoryConfigurationToTheFirstNodeCountThatFits) {
+  Fixture f;
+  f.model = load_model("llama3-8b");  // big enough that sharding over more GPUs shows
+  f.cluster = load_cluster("dgx-h100", 1, std::nullopt);
+  SearchSpace s = f.space();
+  s.strategies = {ShardingStrategy::optim_grads, ShardingStrategy::optim_grads_params};
+  s.dp_outer = {1};
+  s.prefetch = {1};
+  s.recompute = {Recompute::none, Recompute::selective};
+  s.micro_batches = {2};
+  s.fp8_param_gather = {false};
+  s.bucket_bytes = {std::nullopt};
+  const std::vector<FsdpConfig> configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  const SweepResult uncapped =
+      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = INT64_MAX, .threads = 2});
+  std::size_t lowest = 0;
+  for (std::size_t i = 1; i < uncapped.points.size(); ++i) {
+    if (uncapped.points[i].summary.peak_reserved_bytes <
+        uncapped.points[lowest].summary.peak_reserved_bytes)
+      lowest = i;
+  }
+  const ClusterSpec two = load_cluster("dgx-h100", 2, std::nullopt);
+  FsdpConfig grown = uncapped.points[lowest].config;
+  grown.dp_shard = 0;
+  grown = resolve_fsdp_config(grown, f.model, two, "test");
+  const int64_t peak_on_two = f.evaluate(grown, two).peak_reserved_bytes;
+  ASSERT_LT(peak_on_two, uncapped.points[lowest].summary.peak_reserved_bytes);
+
+  const SweepResult capped = run_sweep(f.model, f.cluster, configs, f.evaluate,
+                                       {.memory_cap = peak_on_two, .threads = 2, .prune = false});
+  ASSERT_TRUE(capped.ranking.empty());
+  const NoFitAdvice advice = advise_no_fit(capped, s, f.model, f.cluster, f.evaluate);
+  ASSERT_TRUE(advice.lowest.has_value());
+  EXPECT_EQ(*advice.lowest, lowest);
+  EXPECT_EQ(advice.grown, advice.lowest);
+  EXPECT_FALSE(advice.lowest_bound.has_value());
+  EXPECT_TRUE(advice.try_full_recompute);   // the space left full recompute out
+  EXPECT_TRUE(advice.try_micro_batch_one);  // and micro-batch 1
+  EXPECT_EQ(advice.fits_on_nodes, 2);
+  EXPECT_EQ(advice.fits_on_gpus, two.num_gpus);
+  EXPECT_EQ(advice.fits_peak_reserved_bytes, peak_on_two);
+}
+
+// A cap of one byte prunes everything: the advice grows the pruned point with full
+// recompute and the smallest micro-batch, and finds no node count where it fits.
+TEST(NoFitAdvice, EverythingPrunedGrowsTheLeanestPointAndNeverFits) {
+  Fixture f;
+  SearchSpace s = f.space();
+  s.dp_outer = {1};
+  const std::vector<FsdpConfig> configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  const SweepResult r =
+      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = 1, .threads = 2});
+  ASSERT_EQ(r.pruned + r.invalid, static_cast<int64_t>(r.points.size()));
+  const NoFitAdvice advice = advise_no_fit(r, s, f.model, f.cluster, f.evaluate);
+  EXPECT_FALSE(advice.lowest.has_value());
+  ASSERT_TRUE(advice.lowest_bound.has_value());
+  for (const SweepPoint& p : r.points) {
+    if (p.state == PointState::pruned)
+      EXPECT_GE(p.memory_lower_bound, r.points[*advice.lowest_bound].memory_lower_bound);
+  }
+  ASSERT_TRUE(advice.grown.has_value());
+  EXPECT_EQ(r.points[*advice.grown].config.recompute, Recompute::full);
+  EXPECT_EQ(r.points[*advice.grown].config.micro_batch, 1);
+  EXPECT_FALSE(advice.try_full_recompute);
+  EXPECT_FALSE(advice.try_micro_batch_one);
+  EXPECT_EQ(advice.fits_on_nodes, 0);
+}
+
+}  // namespace
+}  // namespace shardplan
