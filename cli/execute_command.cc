@@ -52,7 +52,6 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     throw InputError("", "--timeout",
                      fmt::format("must be in (0, {}] seconds", limits::kMaxTimeLimitSeconds));
   const Plan plan = read_plan_file(p.plan);
-  if (p.backend == "cuda") require_cuda_device();
   // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
                         std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
@@ -63,25 +62,36 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
                               .compute_scale = p.compute_scale,
                               .check = !p.no_check && p.backend == "cpu",
                               .timeout_seconds = p.timeout_seconds};
-  const std::unique_ptr<ExecutorBackend> backend =
-      p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(mpi.has_value());
+  // From here on, whatever stops one rank must stop them all: the others wait for it in
+  // a collective (or in NCCL's communicator setup), and MPI_Finalize would wait for them.
+  // Each rank that fails says so, with its rank; the first MPI_Abort ends the job.
+  int rank = 0, ranks = 1;
+  if (mpi) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  }
+  const std::string who = ranks > 1 ? fmt::format(" (rank {})", rank) : std::string();
   auto abort = [&](int code) {
     if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   };
-  // Whatever stops one rank must stop them all: the others wait for it in a collective,
-  // and MPI_Finalize would wait for them. Each rank that fails says so; the first
-  // MPI_Abort ends the job.
-  const std::string who =
-      backend->world_size() > 1 ? fmt::format(" (rank {})", backend->rank()) : std::string();
-  Timeline t;
+  std::unique_ptr<ExecutorBackend> backend;
+  try {
+    // A node without a device, or whose plugin does not load, is that rank's own error.
+    if (p.backend == "cuda") require_cuda_device();
+    backend = p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(mpi.has_value());
+  } catch (const std::exception& e) {
+    err << "shardplan: error" << who << ": " << e.what() << "\n" << std::flush;
+    abort(1);
+  }
   try {
     check_replayable(plan, backend->world_size());
   } catch (const InputError& e) {
     // Every rank finds the same: one says it.
-    if (backend->rank() == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
     abort(1);
   }
+  Timeline t;
   try {
     t = replay(plan, *backend, options);
   } catch (const IntegrityError& e) {

@@ -55,25 +55,33 @@ struct Context {
   long long gemm_scratch_bytes = 0;
 };
 
-bool failed(cudaError_t status, const char* what, ShardplanCudaError* error) {
+bool failed(cudaError_t status, const char* what, const char* file, int line,
+            ShardplanCudaError* error) {
   if (status == cudaSuccess) return false;
-  std::snprintf(error->message, sizeof error->message, "%s: %s (%s)", what,
+  std::snprintf(error->message, sizeof error->message, "%s:%d: %s: %s (%s)", file, line, what,
                 cudaGetErrorString(status), cudaGetErrorName(status));
   return true;
 }
 
-bool failed(ncclResult_t status, const char* what, ShardplanCudaError* error) {
+bool failed(ncclResult_t status, const char* what, const char* file, int line,
+            ShardplanCudaError* error) {
   if (status == ncclSuccess) return false;
-  std::snprintf(error->message, sizeof error->message, "%s: %s", what, ncclGetErrorString(status));
+  std::snprintf(error->message, sizeof error->message, "%s:%d: %s: %s", file, line, what,
+                ncclGetErrorString(status));
   return true;
 }
 
-bool failed(cublasStatus_t status, const char* what, ShardplanCudaError* error) {
+bool failed(cublasStatus_t status, const char* what, const char* file, int line,
+            ShardplanCudaError* error) {
   if (status == CUBLAS_STATUS_SUCCESS) return false;
-  std::snprintf(error->message, sizeof error->message, "%s: cuBLAS status %d", what,
-                static_cast<int>(status));
+  std::snprintf(error->message, sizeof error->message, "%s:%d: %s: cuBLAS status %d", file, line,
+                what, static_cast<int>(status));
   return true;
 }
+
+// Every CUDA, cuBLAS and NCCL call goes through FAILED: a failure records the call, file
+// and line in `error` (nccl-tests' NCCLCHECK); the executor adds the rank and ends the job.
+#define FAILED(call) failed((call), #call, __FILE__, __LINE__, error)
 
 ncclDataType_t nccl_type(int element_bytes) {
   switch (element_bytes) {
@@ -92,7 +100,7 @@ ncclDataType_t nccl_type(int element_bytes) {
 
 extern "C" int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error) {
   ncclUniqueId id;
-  if (failed(ncclGetUniqueId(&id), "ncclGetUniqueId", error)) return 1;
+  if (FAILED(ncclGetUniqueId(&id))) return 1;
   std::memcpy(id128, &id, sizeof id);
   return 0;
 }
@@ -103,31 +111,28 @@ extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
   auto* c = new Context();
   *context = c;
   c->device = device;
-  if (failed(cudaSetDevice(device), "cudaSetDevice", error)) return 1;
+  if (FAILED(cudaSetDevice(device))) return 1;
   for (cudaStream_t& s : c->streams) {
-    if (failed(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", error))
-      return 1;
+    if (FAILED(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) return 1;
   }
-  if (failed(cublasCreate(&c->blas), "cublasCreate", error)) return 1;
+  if (FAILED(cublasCreate(&c->blas))) return 1;
   c->comms.assign(static_cast<std::size_t>(num_groups), nullptr);
   for (int g = 0; g < num_groups; ++g) {
     if (groups[g].ranks <= 1) continue;
     ncclUniqueId id;
     static_assert(sizeof id <= sizeof groups[g].id);
     std::memcpy(&id, groups[g].id, sizeof id);
-    if (failed(ncclCommInitRank(&c->comms[static_cast<std::size_t>(g)], groups[g].ranks, id,
-                                groups[g].rank),
-               "ncclCommInitRank", error))
+    if (FAILED(ncclCommInitRank(&c->comms[static_cast<std::size_t>(g)], groups[g].ranks, id,
+                                groups[g].rank)))
       return 1;
   }
-  if (failed(cudaEventCreate(&c->step_start), "cudaEventCreate", error)) return 1;
+  if (FAILED(cudaEventCreate(&c->step_start))) return 1;
   c->starts.resize(static_cast<std::size_t>(num_ops));
   c->ends.resize(static_cast<std::size_t>(num_ops));
   c->ran.assign(static_cast<std::size_t>(num_ops), 0);
   for (int i = 0; i < num_ops; ++i) {
-    if (failed(cudaEventCreate(&c->starts[static_cast<std::size_t>(i)]), "cudaEventCreate",
-               error) ||
-        failed(cudaEventCreate(&c->ends[static_cast<std::size_t>(i)]), "cudaEventCreate", error))
+    if (FAILED(cudaEventCreate(&c->starts[static_cast<std::size_t>(i)])) ||
+        FAILED(cudaEventCreate(&c->ends[static_cast<std::size_t>(i)])))
       return 1;
   }
   return 0;
@@ -136,12 +141,9 @@ extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
 extern "C" int shardplan_cuda_alloc(void* context, long long bytes, void** data,
                                     ShardplanCudaError* error) {
   auto* c = static_cast<Context*>(context);
-  if (failed(cudaMalloc(data, static_cast<std::size_t>(std::max(bytes, 1LL))), "cudaMalloc", error))
-    return 1;
+  if (FAILED(cudaMalloc(data, static_cast<std::size_t>(std::max(bytes, 1LL))))) return 1;
   c->allocations.push_back(*data);
-  if (failed(cudaMemset(*data, 0, static_cast<std::size_t>(std::max(bytes, 1LL))), "cudaMemset",
-             error))
-    return 1;
+  if (FAILED(cudaMemset(*data, 0, static_cast<std::size_t>(std::max(bytes, 1LL))))) return 1;
   return 0;
 }
 
@@ -149,11 +151,10 @@ extern "C" int shardplan_cuda_begin_step(void* context, ShardplanCudaError* erro
   auto* c = static_cast<Context*>(context);
   std::fill(c->ran.begin(), c->ran.end(), 0);
   // Every stream starts after the step's start event, so op times share its origin.
-  if (failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error)) return 1;
-  if (failed(cudaEventRecord(c->step_start, c->streams[0]), "cudaEventRecord", error)) return 1;
+  if (FAILED(cudaDeviceSynchronize())) return 1;
+  if (FAILED(cudaEventRecord(c->step_start, c->streams[0]))) return 1;
   for (int s = 1; s < 4; ++s) {
-    if (failed(cudaStreamWaitEvent(c->streams[s], c->step_start, 0), "cudaStreamWaitEvent", error))
-      return 1;
+    if (FAILED(cudaStreamWaitEvent(c->streams[s], c->step_start, 0))) return 1;
   }
   return 0;
 }
@@ -163,17 +164,15 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
   auto* c = static_cast<Context*>(context);
   cudaStream_t stream = c->streams[op->stream];
   for (int d = 0; d < op->num_deps; ++d) {
-    if (failed(cudaStreamWaitEvent(stream, c->ends[static_cast<std::size_t>(op->deps[d])], 0),
-               "cudaStreamWaitEvent", error))
+    if (FAILED(cudaStreamWaitEvent(stream, c->ends[static_cast<std::size_t>(op->deps[d])], 0)))
       return 1;
   }
   nvtxRangePushA(op->name);
   const auto i = static_cast<std::size_t>(op->id);
-  if (op->part == 0 && failed(cudaEventRecord(c->starts[i], stream), "cudaEventRecord", error))
-    return 1;
+  if (op->part == 0 && FAILED(cudaEventRecord(c->starts[i], stream))) return 1;
   switch (op->kind) {
     case kCudaCompute: {
-      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
+      if (FAILED(cublasSetStream(c->blas, stream))) return 1;
       std::vector<long long> shapes(op->gemms, op->gemms + 3 * op->num_gemms);
       // FLOPs without shapes (and attention) run as square GEMMs of as many FLOPs.
       for (double flops : {op->num_gemms == 0 ? op->gemm_flops : 0.0, op->attention_flops}) {
@@ -190,9 +189,7 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
       need = std::max(need, op->memory_bytes);
       if (need > c->gemm_scratch_bytes) {
         if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
-        if (failed(cudaMalloc(&c->gemm_scratch, static_cast<std::size_t>(need)), "cudaMalloc",
-                   error))
-          return 1;
+        if (FAILED(cudaMalloc(&c->gemm_scratch, static_cast<std::size_t>(need)))) return 1;
         cudaMemset(c->gemm_scratch, 0, static_cast<std::size_t>(need));
         c->gemm_scratch_bytes = need;
       }
@@ -204,31 +201,28 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
         char* b_ = base + m * k * 2;  // k × n
         char* c_ = b_ + k * n * 2;    // m × n
         // Row-major C = A·B as column-major Cᵀ = Bᵀ·Aᵀ.
-        if (failed(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+        if (FAILED(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
                                 static_cast<int>(m), static_cast<int>(k), &alpha, b_, CUDA_R_16BF,
                                 static_cast<int>(n), a_, CUDA_R_16BF, static_cast<int>(k), &beta,
                                 c_, CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx", error))
+                                CUBLAS_GEMM_DEFAULT)))
           return 1;
       }
       // The memory-bound kernels: read and write `memory_bytes` in all.
       const long long copy_bytes = op->memory_bytes / 2;
-      if (copy_bytes > 0 && failed(cudaMemcpyAsync(base + (op->memory_bytes - copy_bytes), base,
+      if (copy_bytes > 0 && FAILED(cudaMemcpyAsync(base + (op->memory_bytes - copy_bytes), base,
                                                    static_cast<std::size_t>(copy_bytes),
-                                                   cudaMemcpyDeviceToDevice, stream),
-                                   "cudaMemcpyAsync", error))
+                                                   cudaMemcpyDeviceToDevice, stream)))
         return 1;
       break;
     }
     case kCudaOptimizer: {
       // Memory-bound over the local shard: read and write every fp32 element once.
-      if (failed(cublasSetStream(c->blas, stream), "cublasSetStream", error)) return 1;
+      if (FAILED(cublasSetStream(c->blas, stream))) return 1;
       const float one = 1.0f;
       if (op->count > 0 &&
-          failed(cublasSscal(c->blas, static_cast<int>(std::min(op->count, 2147483647LL)), &one,
-                             static_cast<float*>(op->output), 1),
-                 "cublasSscal", error))
+          FAILED(cublasSscal(c->blas, static_cast<int>(std::min(op->count, 2147483647LL)), &one,
+                             static_cast<float*>(op->output), 1)))
         return 1;
       break;
     }
@@ -245,20 +239,21 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
       const ncclDataType_t type =
           op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);
       const auto count = static_cast<std::size_t>(op->count);
-      ncclResult_t status =
-          op->kind == kCudaAllGather
-              ? ncclAllGather(op->input, op->output, count, type, comm, stream)
-          : op->kind == kCudaReduceScatter
-              ? ncclReduceScatter(op->input, op->output, count, type, ncclSum, comm, stream)
-              : ncclAllReduce(op->input, op->output, count, type, ncclSum, comm, stream);
-      if (failed(status, "NCCL collective", error)) return 1;
+      if (op->kind == kCudaAllGather) {
+        if (FAILED(ncclAllGather(op->input, op->output, count, type, comm, stream))) return 1;
+      } else if (op->kind == kCudaReduceScatter) {
+        if (FAILED(ncclReduceScatter(op->input, op->output, count, type, ncclSum, comm, stream)))
+          return 1;
+      } else if (FAILED(ncclAllReduce(op->input, op->output, count, type, ncclSum, comm, stream))) {
+        return 1;
+      }
       break;
     }
     default:
       break;
   }
   if (op->part == op->parts - 1) {
-    if (failed(cudaEventRecord(c->ends[i], stream), "cudaEventRecord", error)) return 1;
+    if (FAILED(cudaEventRecord(c->ends[i], stream))) return 1;
     c->ran[i] = 1;
   }
   nvtxRangePop();
@@ -268,14 +263,13 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
 extern "C" int shardplan_cuda_end_step(void* context, double* start, double* end,
                                        ShardplanCudaError* error) {
   auto* c = static_cast<Context*>(context);
-  if (failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error)) return 1;
+  if (FAILED(cudaDeviceSynchronize())) return 1;
   for (std::size_t i = 0; i < c->ran.size(); ++i) {
     start[i] = end[i] = -1;
     if (!c->ran[i]) continue;
     float a = 0, b = 0;
-    if (failed(cudaEventElapsedTime(&a, c->step_start, c->starts[i]), "cudaEventElapsedTime",
-               error) ||
-        failed(cudaEventElapsedTime(&b, c->step_start, c->ends[i]), "cudaEventElapsedTime", error))
+    if (FAILED(cudaEventElapsedTime(&a, c->step_start, c->starts[i])) ||
+        FAILED(cudaEventElapsedTime(&b, c->step_start, c->ends[i])))
       return 1;
     start[i] = a / 1e3;
     end[i] = b / 1e3;
@@ -287,7 +281,7 @@ extern "C" int shardplan_cuda_memory(void* context, long long* free_bytes, long 
                                      ShardplanCudaError* error) {
   (void)context;
   std::size_t f = 0, t = 0;
-  if (failed(cudaMemGetInfo(&f, &t), "cudaMemGetInfo", error)) return 1;
+  if (FAILED(cudaMemGetInfo(&f, &t))) return 1;
   *free_bytes = static_cast<long long>(f);
   *total_bytes = static_cast<long long>(t);
   return 0;

@@ -350,6 +350,15 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                     cluster.nodes() == 1 ? "1 node" : fmt::format("{} nodes", cluster.nodes()),
                     cluster.name));
   }
+  // Megatron-FSDP gathers MXFP8 weights module by module inside a unit (seeds/004, PR
+  // #4181); the planner issues one all-gather per parameter group and cannot plan it.
+  if (c.fine_grained_param_gather) {
+    throw InputError(label, "/fine_grained_param_gather",
+                     "per-module all-gathers inside a unit (Megatron-FSDP PR #4181, MXFP8) are "
+                     "not modelled: shardplan plans one all-gather per parameter group of a "
+                     "unit; set it to false (with finer units, unit_modules, for a similar "
+                     "memory trade-off)");
+  }
   if (c.fp8_param_gather && cluster.gpu.fp8_dense_flops <= 0) {
     throw InputError(label, "/fp8_param_gather",
                      fmt::format("{} has no FP8 tensor cores", cluster.gpu.name));

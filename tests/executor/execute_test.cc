@@ -7,6 +7,7 @@
 #include <cctype>
 #include <fstream>
 
+#include "executor/cuda_probe.h"
 #include "tests/run_command.h"
 
 namespace shardplan::testing {
@@ -130,11 +131,33 @@ TEST(ExecuteCpuErrors, WorldSizeMustMatchThePlan) {
   EXPECT_THAT(r.err, HasSubstr("the plan is for 2 GPUs but 3 ranks were started"));
 }
 
-TEST(ExecuteCpuErrors, CudaBackendWithoutADeviceSaysSo) {
+// Without a device the CUDA backend says so; with one (a GPU machine) it runs the plan
+// and reports the measured step.
+TEST(ExecuteCuda, RunsOnADeviceOrSaysThereIsNone) {
   const std::string plan = make_plan(1, {}, "cuda_plan.json");
-  const CommandResult r = run_shardplan({"execute", "--plan", plan, "--backend", "cuda"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("no CUDA device"));
+  const CommandResult r =
+      run_shardplan({"execute", "--plan", plan, "--backend", "cuda", "--steps", "1", "--json"});
+  if (probe_cuda().device_count == 0) {
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("no CUDA device"));
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("backend"), "cuda");
+  EXPECT_GT(j.at("summary").at("step_seconds").get<double>(), 0);
+}
+
+// Under mpirun every rank that cannot start says so with its rank, and the job ends
+// (MPI_Abort) instead of leaving the others waiting in MPI.
+TEST(ExecuteCuda, EveryRankWithoutADeviceEndsTheJob) {
+  if (probe_cuda().device_count > 0) GTEST_SKIP() << "a CUDA device is present";
+  const std::string plan = make_plan(2, {}, "cuda_plan2.json");
+  const CommandResult r = mpirun(2, {"execute", "--plan", plan, "--backend", "cuda"});
+  EXPECT_NE(r.exit_code, 0);
+  // Whichever rank fails first ends the job, so either may be the one that speaks.
+  EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("(rank 0): --backend cuda: no CUDA device"),
+                                      HasSubstr("(rank 1): --backend cuda: no CUDA device")));
 }
 
 }  // namespace

@@ -236,6 +236,22 @@ TEST(ResolveConfig, Fp8NeedsFp8TensorCores) {
   }
 }
 
+// The file may say what Megatron-FSDP accepts; the planner refuses what it cannot plan.
+TEST(ResolveConfig, FineGrainedParamGatherIsRefusedNotIgnored) {
+  const ModelSpec model = load_model("tiny");
+  const FsdpConfig c = fsdp_config_from_json(
+      {{"fp8_param_gather", true}, {"fp8_recipe", "mxfp8"}, {"fine_grained_param_gather", true}},
+      "cfg");
+  try {
+    resolve_fsdp_config(c, model, h100_nodes(1), "cfg");
+    FAIL() << "fine_grained_param_gather was accepted but nothing models it";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), "cfg");
+    EXPECT_EQ(e.field(), "/fine_grained_param_gather");
+    EXPECT_NE(e.reason().find("not modelled"), std::string::npos) << e.reason();
+  }
+}
+
 TEST(ResolveConfig, SequenceLongerThanLearnedPositions) {
   const ModelSpec gpt3 = load_model("gpt3-175b");
   const FsdpConfig defaults;
