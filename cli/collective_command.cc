@@ -5,9 +5,9 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "models/error.h"
 #include "models/suggest.h"
+#include "models/text_format.h"
 #include "simulator/collective_model.h"
 
 namespace shardplan {

@@ -7,7 +7,6 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "executor/cpu_backend.h"
 #include "executor/cuda_backend.h"
 #include "executor/cuda_probe.h"
@@ -16,6 +15,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/text_format.h"
 #include "planner/plan_json.h"
 
 namespace shardplan {

@@ -5,12 +5,12 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
 #include "models/suggest.h"
+#include "models/text_format.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/plan_validator.h"

@@ -5,9 +5,9 @@
 #include "cli/commands.h"
 #include "cli/job.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
+#include "models/text_format.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
@@ -36,12 +36,6 @@ ClusterSpec plan_cluster(const Plan& plan, const SimulateParams& p) {
   return cluster;
 }
 
-std::string seconds_text(double s) {
-  if (s >= 1) return fmt::format("{:.3f} s", s);
-  if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
-  return fmt::format("{:.1f} us", s * 1e6);
-}
-
 void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   const TimelineSummary& s = t.summary;
   const PathBreakdown& p = s.critical_path;
@@ -50,17 +44,18 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   out << fmt::format("Predicted step: {} on {} GPUs of {} ({} allocator)\n\n", plan.model,
                      plan.num_gpus, plan.cluster, t.allocator);
   const std::vector<std::vector<std::string>> rows = {
-      {"step time", seconds_text(s.step_seconds), ""},
+      {"step time", format_seconds(s.step_seconds), ""},
       {"tokens/s per GPU", fmt::format("{:.0f}", s.tokens_per_second_per_gpu),
        fmt::format("{} tokens per GPU per step", plan.tokens_per_gpu)},
       {"TFLOP/s per GPU", fmt::format("{:.1f}", s.tflops_per_gpu), "executed, recompute included"},
       {"MFU", fmt::format("{:.1f} %", 100.0 * s.mfu), "model FLOPs ÷ dense BF16 peak"},
-      {"compute", seconds_text(s.compute_seconds), share(s.compute_seconds) + " of the step busy"},
-      {"exposed all-gather", seconds_text(s.exposed_all_gather_seconds),
+      {"compute", format_seconds(s.compute_seconds),
+       share(s.compute_seconds) + " of the step busy"},
+      {"exposed all-gather", format_seconds(s.exposed_all_gather_seconds),
        share(s.exposed_all_gather_seconds)},
-      {"exposed reduce-scatter", seconds_text(s.exposed_reduce_scatter_seconds),
+      {"exposed reduce-scatter", format_seconds(s.exposed_reduce_scatter_seconds),
        share(s.exposed_reduce_scatter_seconds)},
-      {"exposed outer (HSDP)", seconds_text(s.exposed_outer_seconds),
+      {"exposed outer (HSDP)", format_seconds(s.exposed_outer_seconds),
        share(s.exposed_outer_seconds)},
       {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes)),
        "tensors + non-tensor"},
@@ -72,8 +67,8 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   out << fmt::format(
       "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
       "optimizer {}\n",
-      t.critical_path.size(), seconds_text(p.compute), seconds_text(p.all_gather),
-      seconds_text(p.reduce_scatter), seconds_text(p.outer), seconds_text(p.optimizer));
+      t.critical_path.size(), format_seconds(p.compute), format_seconds(p.all_gather),
+      format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.optimizer));
 }
 
 }  // namespace

@@ -10,10 +10,10 @@
 #include "cli/commands.h"
 #include "cli/job.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/text_format.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/sweep.h"
@@ -22,10 +22,6 @@
 
 namespace shardplan {
 namespace {
-
-std::string seconds_text(double s) {
-  return s >= 1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.1f} ms", s * 1e3);
-}
 
 SearchSpace build_space(const SweepParams& p, const Job& job) {
   SearchSpace space = default_search_space(job.model, job.cluster, job.config);
@@ -241,11 +237,11 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k) {
     const SweepPoint& pt = result.points[result.ranking[k]];
     const TimelineSummary& s = pt.summary;
-    rows.push_back({std::to_string(k + 1), describe_config(pt.config), seconds_text(s.step_seconds),
-                    fmt::format("{:.0f}", s.tokens_per_second_per_gpu),
-                    fmt::format("{:.1f} %", 100 * s.mfu),
-                    format_bytes(static_cast<double>(s.peak_reserved_bytes)),
-                    format_bytes(static_cast<double>(cap - s.peak_reserved_bytes))});
+    rows.push_back(
+        {std::to_string(k + 1), describe_config(pt.config), format_seconds(s.step_seconds),
+         fmt::format("{:.0f}", s.tokens_per_second_per_gpu), fmt::format("{:.1f} %", 100 * s.mfu),
+         format_bytes(static_cast<double>(s.peak_reserved_bytes)),
+         format_bytes(static_cast<double>(cap - s.peak_reserved_bytes))});
   }
   out << render_table({"rank", "configuration", "step", "tok/s/GPU", "MFU", "peak", "headroom"},
                       rows, {0, 2, 3, 4, 5, 6});
@@ -254,7 +250,8 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
     const SweepPoint& second = result.points[result.ranking[1]];
     const TimelineSummary &a = best.summary, &b = second.summary;
     auto row = [&](const char* name, double x, double y) {
-      return std::vector<std::string>{name, seconds_text(x), seconds_text(y), seconds_text(y - x)};
+      return std::vector<std::string>{name, format_seconds(x), format_seconds(y),
+                                      format_seconds(y - x)};
     };
     out << fmt::format("\nWhy #1 wins over #2 ({:.2f} % faster), critical path:\n",
                        100 * (b.step_seconds / a.step_seconds - 1));

@@ -4,8 +4,8 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "models/atomic_file.h"
+#include "models/text_format.h"
 #include "planner/plan_json.h"
 #include "traces/trace_import.h"
 

@@ -4,9 +4,9 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_format.h"
 #include "executor/cuda_probe.h"
 #include "models/cluster_spec.h"
+#include "models/text_format.h"
 #include "models/zoo.h"
 
 namespace shardplan {

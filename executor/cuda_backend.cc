@@ -13,6 +13,8 @@
 #include "models/error.h"
 
 namespace shardplan {
+
+static_assert(kCudaStreams == kNumStreams, "the plugin needs one CUDA stream per plan stream");
 namespace {
 
 template <typename F>

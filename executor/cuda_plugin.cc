@@ -44,7 +44,7 @@ namespace {
 
 struct Context {
   int device = 0;
-  cudaStream_t streams[4] = {};
+  cudaStream_t streams[kCudaStreams] = {};
   cublasHandle_t blas = nullptr;
   std::vector<ncclComm_t> comms;  // one per plan process group; null for a single rank
   cudaEvent_t step_start = nullptr;
@@ -153,7 +153,7 @@ extern "C" int shardplan_cuda_begin_step(void* context, ShardplanCudaError* erro
   // Every stream starts after the step's start event, so op times share its origin.
   if (FAILED(cudaDeviceSynchronize())) return 1;
   if (FAILED(cudaEventRecord(c->step_start, c->streams[0]))) return 1;
-  for (int s = 1; s < 4; ++s) {
+  for (int s = 1; s < kCudaStreams; ++s) {
     if (FAILED(cudaStreamWaitEvent(c->streams[s], c->step_start, 0))) return 1;
   }
   return 0;

@@ -30,6 +30,9 @@ enum ShardplanCudaOpKind {
   kCudaAllReduce = 4
 };
 
+// One CUDA stream per plan stream (planner/plan.h Stream: compute, ag, rs, outer).
+enum { kCudaStreams = 4 };
+
 struct ShardplanCudaOp {
   int kind;      // ShardplanCudaOpKind
   int stream;    // 0 compute, 1 ag, 2 rs, 3 outer

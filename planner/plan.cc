@@ -5,7 +5,7 @@
 namespace shardplan {
 namespace {
 
-constexpr NameTable<Stream, 4> kStreams = {{{Stream::compute, "compute"},
+constexpr NameTable<Stream, kNumStreams> kStreams = {{{Stream::compute, "compute"},
                                             {Stream::ag, "ag"},
                                             {Stream::rs, "rs"},
                                             {Stream::outer, "outer"}}};

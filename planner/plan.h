@@ -17,6 +17,7 @@ namespace shardplan {
 inline constexpr int kPlanVersion = 4;
 
 enum class Stream { compute, ag, rs, outer };
+inline constexpr int kNumStreams = 4;
 enum class OpKind {
   all_gather,
   reduce_scatter,

@@ -55,7 +55,8 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model,
 std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
                                         const BatchShape& shape, Recompute recompute) {
   std::vector<PlanSegment> segments;
-  std::optional<Module> own;  // the root's own work: a childless copy, so subtree sums count only it
+  std::optional<Module>
+      own;  // the root's own work: a childless copy, so subtree sums count only it
   for (TracedModule t : traced) {
     if (t.own_only) {
       own = Module{.name = t.module->name,

@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 
+#include "models/text_format.h"
 #include "simulator/simulate.h"
 
 namespace shardplan {
@@ -15,35 +16,8 @@ constexpr double kWidth = 1100;  // drawing width of every chart, px
 constexpr double kLeft = 70;     // room for the axis labels
 constexpr double kPlot = kWidth - kLeft - 20;
 
-std::string escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string gib(double bytes) {
   return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
-}
-
-std::string seconds(double s) {
-  return s >= 1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.2f} ms", s * 1e3);
 }
 
 // Colour-blind-safe palette (Okabe & Ito 2008) and its extension, one per role or kind.
@@ -62,7 +36,7 @@ std::string time_axis(double step, double y, double height) {
     out += fmt::format(
         "<line x1='{0:.1f}' y1='{1:.1f}' x2='{0:.1f}' y2='{2:.1f}' class='grid'/>"
         "<text x='{0:.1f}' y='{3:.1f}' class='tick' text-anchor='middle'>{4}</text>\n",
-        x, y, y + height, y + height + 14, seconds(step * k / 10.0));
+        x, y, y + height, y + height + 14, format_seconds(step * k / 10.0));
   }
   return out;
 }
@@ -129,7 +103,7 @@ std::string memory_chart(const Plan& plan, const Timeline& t,
     }
     return fmt::format(
         "<polygon points='{}' fill='{}' fill-opacity='0.85'><title>{}</title></polygon>\n", points,
-        colour, escape(label));
+        colour, html_escape(label));
   };
   svg += area(std::vector<double>(times.size(), 0), below, "#dddddd", "non-tensor");
   std::string legend = "<span class='key' style='background:#dddddd'></span>non-tensor ";
@@ -194,14 +168,14 @@ std::string pool_chart(const Plan& plan, const Timeline& t, const std::vector<Bu
     svg += fmt::format(
         "<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}' stroke='#fff' "
         "stroke-width='0.3'><title>{}: {} at offset {}</title></rect>\n",
-        x, top, w, h, role_colour(b.role), escape(b.name), gib(static_cast<double>(b.bytes)),
+        x, top, w, h, role_colour(b.role), html_escape(b.name), gib(static_cast<double>(b.bytes)),
         b.offset);
   }
   svg += "</svg>\n";
   return fmt::format(
              "<h2>Pool</h2>\n<p>{} transient buffers in a pool of {} ({}; lower bound {}). "
              "Height is the offset in the pool, width the lifetime; colours as above.</p>\n",
-             drawn, gib(pool), escape(plan.pool.algorithm),
+             drawn, gib(pool), html_escape(plan.pool.algorithm),
              gib(static_cast<double>(plan.pool.lower_bound_bytes))) +
          svg;
 }
@@ -224,7 +198,7 @@ std::string gantt_chart(const Timeline& t) {
   for (std::size_t k = 0; k < streams.size(); ++k) {
     svg +=
         fmt::format("<text x='{}' y='{:.1f}' class='tick' text-anchor='end'>{}</text>\n", kLeft - 6,
-                    y0 + row * static_cast<double>(k) + row / 2 + 4, escape(streams[k]));
+                    y0 + row * static_cast<double>(k) + row / 2 + 4, html_escape(streams[k]));
   }
   for (const TimelineOp& o : t.ops) {
     const auto k =
@@ -234,12 +208,13 @@ std::string gantt_chart(const Timeline& t) {
         "<rect x='{:.2f}' y='{:.1f}' width='{:.2f}' height='{:.1f}' fill='{}'><title>{} "
         "({}): {} – {}</title></rect>\n",
         x, y0 + row * k + 4, std::max(x_of(o.end, step) - x, 0.3), row - 8, colour[o.kind],
-        escape(o.name), escape(o.kind), seconds(o.start), seconds(o.end));
+        html_escape(o.name), html_escape(o.kind), format_seconds(o.start), format_seconds(o.end));
   }
   svg += "</svg>\n";
   std::string legend;
   for (const auto& [kind, c] : colour)
-    legend += fmt::format("<span class='key' style='background:{}'></span>{} ", c, escape(kind));
+    legend +=
+        fmt::format("<span class='key' style='background:{}'></span>{} ", c, html_escape(kind));
   return "<h2>Streams</h2>\n<p class='legend'>" + legend + "</p>\n" + svg;
 }
 
@@ -247,26 +222,27 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
   const TimelineSummary& s = t.summary;
   const PathBreakdown& p = s.critical_path;
   const std::vector<std::pair<std::string, std::string>> rows = {
-      {"step time", seconds(s.step_seconds)},
+      {"step time", format_seconds(s.step_seconds)},
       {"tokens/s per GPU", fmt::format("{:.0f}", s.tokens_per_second_per_gpu)},
       {"TFLOP/s per GPU", fmt::format("{:.1f}", s.tflops_per_gpu)},
       {"MFU", fmt::format("{:.1f} %", 100 * s.mfu)},
-      {"compute (busy)", seconds(s.compute_seconds)},
-      {"exposed all-gather", seconds(s.exposed_all_gather_seconds)},
-      {"exposed reduce-scatter", seconds(s.exposed_reduce_scatter_seconds)},
-      {"exposed outer", seconds(s.exposed_outer_seconds)},
+      {"compute (busy)", format_seconds(s.compute_seconds)},
+      {"exposed all-gather", format_seconds(s.exposed_all_gather_seconds)},
+      {"exposed reduce-scatter", format_seconds(s.exposed_reduce_scatter_seconds)},
+      {"exposed outer", format_seconds(s.exposed_outer_seconds)},
       {"peak allocated", gib(static_cast<double>(s.peak_allocated_bytes))},
       {"peak reserved",
        fmt::format("{} of {} — {}", gib(static_cast<double>(s.peak_reserved_bytes)),
                    gib(static_cast<double>(s.capacity_bytes)), s.fits ? "fits" : "does not fit")},
       {"critical path",
        fmt::format("compute {}, all-gather {}, reduce-scatter {}, outer {}, optimizer {}",
-                   seconds(p.compute), seconds(p.all_gather), seconds(p.reduce_scatter),
-                   seconds(p.outer), seconds(p.optimizer))},
+                   format_seconds(p.compute), format_seconds(p.all_gather),
+                   format_seconds(p.reduce_scatter), format_seconds(p.outer),
+                   format_seconds(p.optimizer))},
   };
   std::string html = "<table>\n";
   for (const auto& [k, v] : rows)
-    html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", escape(k), escape(v));
+    html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));
   html += "</table>\n";
   const FsdpConfig& c = plan.config;
   html += fmt::format(
@@ -292,8 +268,8 @@ std::string html_report(const Plan& plan, const Timeline& t) {
       ".key{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;"
       "vertical-align:middle}}\n.legend{{font-size:13px}}\n</style>\n</head>\n<body>\n"
       "<h1>{} step: {} on {} GPUs of {}</h1>\n",
-      escape(plan.model), plan.num_gpus, escape(plan.cluster), escape(t.source), escape(plan.model),
-      plan.num_gpus, escape(plan.cluster));
+      html_escape(plan.model), plan.num_gpus, html_escape(plan.cluster), html_escape(t.source),
+      html_escape(plan.model), plan.num_gpus, html_escape(plan.cluster));
   html += summary_table(plan, t);
   html += memory_chart(plan, t, spans);
   html += pool_chart(plan, t, spans);

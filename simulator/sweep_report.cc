@@ -4,25 +4,10 @@
 
 #include <algorithm>
 
+#include "models/text_format.h"
+
 namespace shardplan {
 namespace {
-
-std::string escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '\'')
-      out += "&#39;";
-    else
-      out += c;
-  }
-  return out;
-}
 
 double gib(double bytes) {
   return bytes / 1073741824.0;
@@ -74,8 +59,8 @@ std::string sweep_report_html(const SweepResult& r, const std::string& title, in
         "<circle cx='{:.1f}' cy='{:.1f}' r='3' fill='{}' fill-opacity='0.55'><title>{}: {:.4g} s, "
         "{:.1f} GiB</title></circle>\n",
         x_of(p.summary.step_seconds), y_of(static_cast<double>(p.summary.peak_reserved_bytes)),
-        p.fits ? "#0072B2" : "#999999", escape(describe_config(p.config)), p.summary.step_seconds,
-        gib(static_cast<double>(p.summary.peak_reserved_bytes)));
+        p.fits ? "#0072B2" : "#999999", html_escape(describe_config(p.config)),
+        p.summary.step_seconds, gib(static_cast<double>(p.summary.peak_reserved_bytes)));
   }
   std::sort(front.begin(), front.end(), [&](std::size_t a, std::size_t b) {
     return r.points[a].summary.step_seconds < r.points[b].summary.step_seconds;
@@ -89,7 +74,7 @@ std::string sweep_report_html(const SweepResult& r, const std::string& title, in
         "<circle cx='{:.1f}' cy='{:.1f}' r='5' fill='none' stroke='#D55E00' stroke-width='2'>"
         "<title>Pareto: {}</title></circle>\n",
         x_of(p.summary.step_seconds), y_of(static_cast<double>(p.summary.peak_reserved_bytes)),
-        escape(describe_config(p.config)));
+        html_escape(describe_config(p.config)));
   }
   svg += fmt::format("<polyline points='{}' fill='none' stroke='#D55E00' stroke-width='1.5'/>\n",
                      line);
@@ -100,7 +85,7 @@ std::string sweep_report_html(const SweepResult& r, const std::string& title, in
         "<title>best: {}</title></circle>\n",
         x_of(best.summary.step_seconds),
         y_of(static_cast<double>(best.summary.peak_reserved_bytes)),
-        escape(describe_config(best.config)));
+        html_escape(describe_config(best.config)));
   }
   svg += "</svg>\n";
 
@@ -112,7 +97,7 @@ std::string sweep_report_html(const SweepResult& r, const std::string& title, in
     table += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{:.4g} s</td><td>{:.0f}</td><td>{:.1f} %</td>"
         "<td>{:.2f} GiB</td><td>{:.2f} GiB</td></tr>\n",
-        k + 1, escape(describe_config(p.config)), p.summary.step_seconds,
+        k + 1, html_escape(describe_config(p.config)), p.summary.step_seconds,
         p.summary.tokens_per_second_per_gpu, 100 * p.summary.mfu,
         gib(static_cast<double>(p.summary.peak_reserved_bytes)),
         gib(static_cast<double>(r.memory_cap - p.summary.peak_reserved_bytes)));
@@ -128,7 +113,7 @@ std::string sweep_report_html(const SweepResult& r, const std::string& title, in
       "<h2>Fastest that fit</h2>\n{7}<h2>Peak memory against step time</h2>\n<p>Every evaluated "
       "configuration (blue: fits, grey: does not); the Pareto front in orange, the best in "
       "green, the cap dashed. Hover a point for its configuration.</p>\n{8}</body>\n</html>\n",
-      escape(title), r.points.size(), r.evaluated, r.pruned, r.invalid, r.ranking.size(),
+      html_escape(title), r.points.size(), r.evaluated, r.pruned, r.invalid, r.ranking.size(),
       gib(static_cast<double>(r.memory_cap)), table, svg);
 }
 

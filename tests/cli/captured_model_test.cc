@@ -17,7 +17,8 @@ namespace {
 
 using ::testing::ElementsAre;
 
-const std::string kCaptured = std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json";
+const std::string kCaptured =
+    std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json";
 
 // Parameters by hand: embedding and head 1000 × 128 each; per layer q, o 128 × 128,
 // k, v 64 × 128, gate, up 352 × 128, down 128 × 352, two norms of 128; final norm 128.
@@ -68,13 +69,13 @@ TEST(CapturedModel, SimulateAndSweep) {
 
 TEST(CapturedModel, ExecutesUnderMpirun) {
   const std::string plan = write_temp_file("captured_plan2.json", "");
-  ASSERT_EQ(run_shardplan({"plan", "--model", kCaptured, "--gpus", "2", "--set", "seq_len=256",
-                           "-o", plan})
+  ASSERT_EQ(run_shardplan(
+                {"plan", "--model", kCaptured, "--gpus", "2", "--set", "seq_len=256", "-o", plan})
                 .exit_code,
             0);
-  const CommandResult r = run_program(
-      "mpirun", {"--allow-run-as-root", "--oversubscribe", "-np", "2", SHARDPLAN_BINARY,
-                 "execute", "--plan", plan, "--steps", "1", "--warmup", "0"});
+  const CommandResult r =
+      run_program("mpirun", {"--allow-run-as-root", "--oversubscribe", "-np", "2", SHARDPLAN_BINARY,
+                             "execute", "--plan", plan, "--steps", "1", "--warmup", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("integrity checks: all passed"));
 }

@@ -45,8 +45,7 @@ TEST(TraceImportCommand, WritesTheStepAndTheMeasuredTimeline) {
 }
 
 TEST(TraceImportCommand, JsonOutput) {
-  const CommandResult r =
-      run_shardplan({"trace", "import", kReal + "nccl_data.json.gz", "--json"});
+  const CommandResult r = run_shardplan({"trace", "import", kReal + "nccl_data.json.gz", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = stdout_json(r);
   EXPECT_EQ(j["source"]["steps"].size(), 3u);
@@ -56,15 +55,17 @@ TEST(TraceImportCommand, JsonOutput) {
 
 TEST(TraceImportCommand, CompareSetsAProfiledStepBesideASimulatedOne) {
   const std::string timeline = write_temp_file("fsdp2_timeline.json", "");
-  ASSERT_EQ(run_shardplan({"trace", "import",
-                           std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_two_layers_trace.json",
-                           "--timeline", timeline})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_shardplan({"trace", "import",
+                     std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_two_layers_trace.json",
+                     "--timeline", timeline})
+          .exit_code,
+      0);
   const std::string predicted = write_temp_file("tiny_predicted.json", "");
-  ASSERT_EQ(run_shardplan({"simulate", "--model", "tiny", "--gpus", "4", "--timeline-out", predicted})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_shardplan({"simulate", "--model", "tiny", "--gpus", "4", "--timeline-out", predicted})
+          .exit_code,
+      0);
   const CommandResult r = run_shardplan({"compare", predicted, timeline, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = stdout_json(r);
@@ -105,10 +106,9 @@ TEST(TraceImportCommand, TruncatedGzip) {
 }
 
 TEST(TraceImportCommand, NoGpuEvents) {
-  expect_import_fails(
-      write_temp_file("cpu.json", R"({"traceEvents": [{"ph": "X", "cat": "cpu_op",
+  expect_import_fails(write_temp_file("cpu.json", R"({"traceEvents": [{"ph": "X", "cat": "cpu_op",
           "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 3}]})"),
-      "no GPU kernels");
+                      "no GPU kernels");
 }
 
 TEST(TraceImportCommand, MissingFileAndBadFlags) {

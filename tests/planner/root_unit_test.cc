@@ -14,11 +14,10 @@ namespace shardplan {
 namespace {
 
 ModelSpec model(const char* root, bool units = true) {
-  return model_from_json(
-      nlohmann::json::parse(std::string(R"({"name": "m", "family": "explicit",
-        "default_unit_modules": )") + (units ? R"(["blocks.*"])" : "[]") + R"(, "root": )" +
-                            root + "}"),
-      "test model");
+  return model_from_json(nlohmann::json::parse(std::string(R"({"name": "m", "family": "explicit",
+        "default_unit_modules": )") + (units ? R"(["blocks.*"])" : "[]") +
+                                               R"(, "root": )" + root + "}"),
+                         "test model");
 }
 
 const char* kNoRootParameters = R"({"type": "Net", "children": [
@@ -40,7 +39,8 @@ const char* kRootOwnsAParameter = R"({"type": "Net",
 Plan plan_for(const ModelSpec& m, const std::string& strategy) {
   const nlohmann::json j = {{"sharding_strategy", strategy}, {"seq_len", 64}};
   const ClusterSpec cluster = load_cluster("dgx-h100", 1, std::nullopt);
-  return build_plan(m, cluster, resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), m, cluster, "cfg"));
+  return build_plan(m, cluster,
+                    resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), m, cluster, "cfg"));
 }
 
 bool has_op(const Plan& plan, const std::string& name) {

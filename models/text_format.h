@@ -2,9 +2,16 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardplan {
+
+// Text safe inside HTML elements and quoted attributes (& < > " ').
+std::string html_escape(std::string_view text);
+
+// "1.234 s", "12.34 ms", "56.7 us": a duration in the unit that reads best.
+std::string format_seconds(double seconds);
 
 // "1.50 GiB", "512.0 MiB", "320 B"; negative values keep their sign.
 std::string format_bytes(double bytes);

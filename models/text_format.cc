@@ -1,4 +1,4 @@
-#include "cli/text_format.h"
+#include "models/text_format.h"
 
 #include <fmt/format.h>
 
@@ -47,6 +47,38 @@ double parse_size(const std::string& text, const std::string& flag, double max_b
   }
   throw InputError(
       "", flag, fmt::format("unknown unit '{}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)", unit));
+}
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  if (std::abs(s) >= 1) return fmt::format("{:.3f} s", s);
+  if (std::abs(s) >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
 }
 
 std::string format_bytes(double bytes) {
