@@ -5,28 +5,27 @@
 #include <vector>
 
 #include "models/error.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 
 namespace shardplan {
 namespace {
 
-struct DTypeName {
-  std::string_view name;
-  DType dtype;
-};
-
-constexpr std::array<DTypeName, 11> kNames = {{
-    {"fp32", DType::fp32},
-    {"bf16", DType::bf16},
-    {"fp16", DType::fp16},
-    {"fp8_e4m3", DType::fp8_e4m3},
-    {"fp8_e5m2", DType::fp8_e5m2},
-    {"fp8", DType::fp8_e4m3},
-    {"float32", DType::fp32},
-    {"bfloat16", DType::bf16},
-    {"float16", DType::fp16},
-    {"float8_e4m3fn", DType::fp8_e4m3},
-    {"float8_e5m2", DType::fp8_e5m2},
+// The canonical name of each dtype first; after them, the aliases a file may use
+// (PyTorch's names).
+constexpr std::size_t kCanonical = 5;
+constexpr NameTable<DType, 11> kNames = {{
+    {DType::fp32, "fp32"},
+    {DType::bf16, "bf16"},
+    {DType::fp16, "fp16"},
+    {DType::fp8_e4m3, "fp8_e4m3"},
+    {DType::fp8_e5m2, "fp8_e5m2"},
+    {DType::fp8_e4m3, "fp8"},
+    {DType::fp32, "float32"},
+    {DType::bf16, "bfloat16"},
+    {DType::fp16, "float16"},
+    {DType::fp8_e4m3, "float8_e4m3fn"},
+    {DType::fp8_e5m2, "float8_e5m2"},
 }};
 
 }  // namespace
@@ -46,18 +45,13 @@ int64_t dtype_bytes(DType dtype) {
 }
 
 std::string_view dtype_name(DType dtype) {
-  for (const DTypeName& entry : kNames) {
-    if (entry.dtype == dtype) return entry.name;
-  }
-  return "?";
+  return name_of(kNames, dtype);
 }
 
 DType parse_dtype(std::string_view text, const std::string& file, const std::string& field) {
-  for (const DTypeName& entry : kNames) {
-    if (entry.name == text) return entry.dtype;
-  }
+  if (auto dtype = value_of(kNames, text)) return *dtype;
   std::vector<std::string> valid;
-  for (std::size_t i = 0; i < 5; ++i) valid.emplace_back(kNames[i].name);
+  for (std::size_t i = 0; i < kCanonical; ++i) valid.emplace_back(kNames[i].second);
   throw InputError(file, field, unknown_name_message("dtype", text, valid));
 }
 

@@ -7,10 +7,14 @@
 #include <vector>
 
 #include "models/error.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 
 namespace shardplan {
 namespace {
+
+constexpr NameTable<Recompute, 3> kRecomputeNames = {
+    {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
 
 // A module's effective token share: its own when it states one, else its parent's.
 double share(const Module& module, double parent_share) {
@@ -38,24 +42,14 @@ double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_d
 }  // namespace
 
 std::string_view recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
+  return name_of(kRecomputeNames, recompute);
 }
 
 Recompute parse_recompute(std::string_view text, const std::string& file,
                           const std::string& field) {
-  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-    if (recompute_name(r) == text) return r;
-  }
-  const std::vector<std::string> valid = {"none", "selective", "full"};
-  throw InputError(file, field, unknown_name_message("recompute mode", text, valid));
+  if (auto recompute = value_of(kRecomputeNames, text)) return *recompute;
+  throw InputError(file, field,
+                   unknown_name_message("recompute mode", text, names_of(kRecomputeNames)));
 }
 
 double forward_flops(const Module& module, const BatchShape& shape) {

@@ -5,34 +5,24 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/name_table.h"
 #include "planner/pool.h"
 
 namespace shardplan {
 
 std::string_view plan_error_kind_name(PlanErrorKind kind) {
-  switch (kind) {
-    case PlanErrorKind::bad_dependency:
-      return "bad_dependency";
-    case PlanErrorKind::bad_buffer_ref:
-      return "bad_buffer_ref";
-    case PlanErrorKind::bad_interval:
-      return "bad_interval";
-    case PlanErrorKind::buffer_not_live:
-      return "buffer_not_live";
-    case PlanErrorKind::misaligned_offset:
-      return "misaligned_offset";
-    case PlanErrorKind::outside_pool:
-      return "outside_pool";
-    case PlanErrorKind::overlapping_buffers:
-      return "overlapping_buffers";
-    case PlanErrorKind::size_mismatch:
-      return "size_mismatch";
-    case PlanErrorKind::unwaited_async_use:
-      return "unwaited_async_use";
-    case PlanErrorKind::bad_process_group:
-      return "bad_process_group";
-  }
-  return "?";
+  static constexpr NameTable<PlanErrorKind, 10> kNames = {
+      {{PlanErrorKind::bad_dependency, "bad_dependency"},
+       {PlanErrorKind::bad_buffer_ref, "bad_buffer_ref"},
+       {PlanErrorKind::bad_interval, "bad_interval"},
+       {PlanErrorKind::buffer_not_live, "buffer_not_live"},
+       {PlanErrorKind::misaligned_offset, "misaligned_offset"},
+       {PlanErrorKind::outside_pool, "outside_pool"},
+       {PlanErrorKind::overlapping_buffers, "overlapping_buffers"},
+       {PlanErrorKind::size_mismatch, "size_mismatch"},
+       {PlanErrorKind::unwaited_async_use, "unwaited_async_use"},
+       {PlanErrorKind::bad_process_group, "bad_process_group"}}};
+  return name_of(kNames, kind);
 }
 
 namespace {

@@ -3,27 +3,20 @@
 #include <fmt/format.h>
 
 #include "models/error.h"
+#include "models/name_table.h"
 
 namespace shardplan {
 
 std::string_view step_event_kind_name(StepEventKind kind) {
-  switch (kind) {
-    case StepEventKind::pre_forward:
-      return "pre_forward";
-    case StepEventKind::post_forward:
-      return "post_forward";
-    case StepEventKind::pre_backward:
-      return "pre_backward";
-    case StepEventKind::recompute_forward:
-      return "recompute_forward";
-    case StepEventKind::post_backward:
-      return "post_backward";
-    case StepEventKind::final_callback:
-      return "final_callback";
-    case StepEventKind::optimizer_step:
-      return "optimizer_step";
-  }
-  return "?";
+  static constexpr NameTable<StepEventKind, 7> kNames = {
+      {{StepEventKind::pre_forward, "pre_forward"},
+       {StepEventKind::post_forward, "post_forward"},
+       {StepEventKind::pre_backward, "pre_backward"},
+       {StepEventKind::recompute_forward, "recompute_forward"},
+       {StepEventKind::post_backward, "post_backward"},
+       {StepEventKind::final_callback, "final_callback"},
+       {StepEventKind::optimizer_step, "optimizer_step"}}};
+  return name_of(kNames, kind);
 }
 
 StepTrace generate_step_trace(const ModelSpec& model, std::vector<std::string> modules,
