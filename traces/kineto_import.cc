@@ -22,100 +22,20 @@
 #include <unordered_map>
 
 #include "models/error.h"
-#include "traces/kineto_reader.h"
+#include "traces/kineto_passes.h"
 #include "traces/trace_import.h"
 
 namespace shardplan {
 namespace {
 
-// The autograd engine's range around each backward node it runs.
-constexpr std::string_view kEvaluateFunction = "autograd::engine::evaluate_function:";
-
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-double end_of(const KinetoEvent& e) {
-  return e.ts + e.dur;
-}
-
-// Closed intervals [begin, end] (a launch at a range's last microsecond is inside it);
-// finds the innermost (latest-starting) one around a time. Nesting is allowed: a prefix
-// maximum of the ends bounds the backward scan.
-class IntervalIndex {
- public:
-  void add(double begin, double end, int64_t value) { items_.push_back({begin, end, value}); }
-  void finish() {
-    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
-    });
-    max_end_.resize(items_.size());
-    double m = -1e300;
-    for (std::size_t i = 0; i < items_.size(); ++i) max_end_[i] = m = std::max(m, items_[i].end);
-  }
-  // The value of the innermost interval holding t, or nullopt.
-  std::optional<int64_t> innermost(double t) const {
-    auto it = std::upper_bound(items_.begin(), items_.end(), t,
-                               [](double x, const Item& item) { return x < item.begin; });
-    for (auto i = static_cast<std::ptrdiff_t>(it - items_.begin()) - 1; i >= 0; --i) {
-      const auto k = static_cast<std::size_t>(i);
-      if (max_end_[k] < t) break;
-      if (items_[k].end >= t) return items_[k].value;
-    }
-    return std::nullopt;
-  }
-  bool empty() const { return items_.empty(); }
-
- private:
-  struct Item {
-    double begin, end;
-    int64_t value;
-  };
-  std::vector<Item> items_;
-  std::vector<double> max_end_;
-};
-
-// Per-thread interval indexes.
-class ThreadIndex {
- public:
-  void add(int64_t tid, double begin, double end, int64_t value) {
-    by_thread_[tid].add(begin, end, value);
-  }
-  void finish() {
-    for (auto& [tid, index] : by_thread_) index.finish();
-  }
-  std::optional<int64_t> innermost(int64_t tid, double t) const {
-    const auto it = by_thread_.find(tid);
-    return it == by_thread_.end() ? std::nullopt : it->second.innermost(t);
-  }
-
- private:
-  std::map<int64_t, IntervalIndex> by_thread_;
-};
-
-bool is_gpu_activity(const KinetoEvent& e) {
-  return e.ph == 'X' && (e.cat == "kernel" || e.cat == "gpu_memcpy" || e.cat == "gpu_memset" ||
-                         e.cat == "Kernel" || e.cat == "Memcpy" || e.cat == "Memset");
-}
-
-bool is_runtime(const KinetoEvent& e) {
-  return e.cat == "cuda_runtime" || e.cat == "cuda_driver" || e.cat == "Runtime" ||
-         e.cat == "Driver";
-}
+using kineto::end_of;
+using kineto::is_gpu_activity;
+using kineto::kEvaluateFunction;
+using kineto::lower;
+using kineto::starts_with;
 
 bool is_kernel(const KinetoEvent& e) {
   return e.cat == "kernel" || e.cat == "Kernel";
-}
-
-// Operators: "cpu_op" since PyTorch 1.10 or so, "Operator" before.
-bool is_cpu_op(const KinetoEvent& e) {
-  return e.cat == "cpu_op" || e.cat == "Operator";
 }
 
 bool is_communication_kernel(const KinetoEvent& e) {
@@ -170,23 +90,6 @@ std::optional<std::pair<std::string, std::string>> fsdp_range(std::string_view n
   return std::pair{std::string(rest), fqn};
 }
 
-// Phase ranges users and wrappers record: "## forward ##" style labels (a common
-// record_function convention, e.g. HolisticTraceAnalysis' samples) and DDP's forward.
-// 0 forward, 1 backward, -1 neither.
-int64_t phase_of_range(std::string_view name) {
-  const std::string n = lower(name);
-  if (n == "## forward ##" || n == "distributeddataparallel.forward") return 0;
-  if (n == "## backward ##") return 1;
-  return -1;
-}
-
-struct Step {
-  std::string name;
-  double begin = 0, end = 0;
-  int64_t tid = -1;
-};
-
-// One forward call of a traced module, or one backward / recompute of it.
 struct ModuleCall {
   int64_t module = -1;
   int64_t micro_batch = 0;
@@ -225,8 +128,12 @@ class KinetoAnalysis {
       warn(fmt::format("{} events without a time stamp ('ts') were left out",
                        trace_.events_without_time));
     }
-    choose_step();
-    index_cpu_events();
+    kineto::StepChoice choice = kineto::choose_step(events(), options_.step, out_.file);
+    out_.steps = std::move(choice.steps);
+    for (std::string& w : choice.warnings) warn(std::move(w));
+    step_ = std::move(choice.step);
+    out_.step = step_.name;
+    cpu_ = kineto::index_cpu_events(events(), step_);
     const bool fsdp = find_fsdp_units();
     if (!fsdp) find_module_ranges();
     number_micro_batches();
@@ -242,116 +149,8 @@ class KinetoAnalysis {
 
  private:
   const std::vector<KinetoEvent>& events() const { return trace_.events; }
-  bool in_step(double t) const { return t >= step_.begin && t <= step_.end; }
+  bool in_step(double t) const { return step_.contains(t); }
   void warn(std::string text) { out_.warnings.push_back(std::move(text)); }
-
-  void choose_step() {
-    std::vector<Step> steps;
-    for (const KinetoEvent& e : events()) {
-      if (e.ph == 'X' && e.cat != "gpu_user_annotation" && starts_with(e.name, "ProfilerStep#"))
-        steps.push_back({std::string(e.name), e.ts, end_of(e), e.tid});
-    }
-    std::sort(steps.begin(), steps.end(),
-              [](const Step& a, const Step& b) { return a.begin < b.begin; });
-    for (const Step& s : steps) out_.steps.push_back(s.name);
-    if (steps.empty()) {
-      warn("no ProfilerStep# ranges (profile with a schedule and prof.step()): the whole trace "
-           "is taken as one step");
-      step_ = {"whole trace", 1e300, -1e300, -1};
-      // The step's thread is the busiest one that is not autograd's (which runs the
-      // backward ops and, under checkpointing, re-runs forwards).
-      std::map<int64_t, int64_t> ops_per_thread;
-      std::set<int64_t> autograd_threads;
-      for (const KinetoEvent& e : events()) {
-        if (e.ph != 'X' || is_gpu_activity(e) || is_runtime(e)) continue;
-        step_.begin = std::min(step_.begin, e.ts);
-        step_.end = std::max(step_.end, end_of(e));
-        if (is_cpu_op(e) || e.cat == "python_function") ++ops_per_thread[e.tid];
-        if (starts_with(e.name, kEvaluateFunction)) autograd_threads.insert(e.tid);
-      }
-      if (step_.begin > step_.end || ops_per_thread.empty()) {
-        throw InputError(out_.file, "traceEvents",
-                         "no CPU ops (profile with ProfilerActivity.CPU as well as CUDA): the "
-                         "step, the module order and the launches cannot be told");
-      }
-      int64_t most = -1;
-      for (const bool skip_autograd : {true, false}) {
-        for (const auto& [tid, n] : ops_per_thread) {
-          if (skip_autograd && autograd_threads.count(tid) > 0) continue;
-          if (n > most) {
-            most = n;
-            step_.tid = tid;
-          }
-        }
-        if (most >= 0) break;
-      }
-    } else if (options_.step.empty()) {
-      step_ = steps.back();
-    } else {
-      const std::string wanted =
-          starts_with(options_.step, "ProfilerStep#") ? options_.step : "ProfilerStep#" + options_.step;
-      const auto it = std::find_if(steps.begin(), steps.end(),
-                                   [&](const Step& s) { return s.name == wanted; });
-      if (it == steps.end()) {
-        std::string names;
-        for (const Step& s : steps) names += (names.empty() ? "" : ", ") + s.name;
-        throw InputError(out_.file, "--step",
-                         fmt::format("no step '{}' in the trace (it has {})", wanted, names));
-      }
-      step_ = *it;
-    }
-    out_.step = step_.name;
-  }
-
-  void index_cpu_events() {
-    for (std::size_t i = 0; i < events().size(); ++i) {
-      const KinetoEvent& e = events()[i];
-      const auto id = static_cast<int64_t>(i);
-      if (is_runtime(e) && e.correlation >= 0) launches_[e.correlation] = id;
-      if (e.ph != 'X' || is_gpu_activity(e) || !in_step(e.ts)) continue;
-      if (starts_with(e.name, kEvaluateFunction)) {
-        backward_ops_.add(e.tid, e.ts, end_of(e), id);
-        backward_threads_.insert(e.tid);
-      } else if (e.sequence >= 0 && e.tid == step_.tid) {
-        // Nested ops (aten::linear around aten::addmm) can share a number; the innermost,
-        // latest-starting one made the autograd node.
-        auto [it, inserted] = forward_op_by_sequence_.emplace(e.sequence, id);
-        if (!inserted && events()[static_cast<std::size_t>(it->second)].ts <= e.ts) it->second = id;
-      }
-      if (starts_with(e.name, "Optimizer.step") || e.name == "## optimizer ##")
-        optimizer_.add(e.tid, e.ts, end_of(e), id);
-      if (starts_with(e.name, "Optimizer.step"))
-        optimizer_begin_ = std::min(optimizer_begin_.value_or(e.ts), e.ts);
-      if (const int64_t phase = phase_of_range(e.name); phase >= 0)
-        phases_.add(e.tid, e.ts, end_of(e), phase);
-      if (e.name == "record_param_comms" || starts_with(e.name, "nccl:") ||
-          starts_with(e.name, "c10d::")) {
-        comm_ops_.add(e.tid, e.ts, end_of(e), id);
-      }
-    }
-    // fwdbwd flows: the start sits on the forward op, the end on the backward op.
-    std::map<int64_t, std::pair<const KinetoEvent*, const KinetoEvent*>> flows;
-    for (const KinetoEvent& e : events()) {
-      if (e.cat != "fwdbwd" || e.flow_id < 0) continue;
-      (e.ph == 's' ? flows[e.flow_id].first : flows[e.flow_id].second) = &e;
-    }
-    std::map<std::pair<int64_t, double>, int64_t> op_at;  // (tid, ts) -> cpu op
-    for (std::size_t i = 0; i < events().size(); ++i) {
-      const KinetoEvent& e = events()[i];
-      if (e.ph == 'X' && is_cpu_op(e) && in_step(e.ts))
-        op_at.emplace(std::pair{e.tid, e.ts}, static_cast<int64_t>(i));
-    }
-    for (const auto& [id, ends] : flows) {
-      if (ends.first == nullptr || ends.second == nullptr) continue;
-      const auto fwd = op_at.find({ends.first->tid, ends.first->ts});
-      const auto bwd = op_at.find({ends.second->tid, ends.second->ts});
-      if (fwd != op_at.end() && bwd != op_at.end()) forward_of_backward_[bwd->second] = fwd->second;
-    }
-    optimizer_.finish();
-    phases_.finish();
-    backward_ops_.finish();
-    comm_ops_.finish();
-  }
 
   int64_t module_index(const std::string& name) {
     const auto [it, inserted] = module_ids_.try_emplace(name, out_.trace.modules.size());
@@ -624,10 +423,10 @@ class KinetoAnalysis {
   // The forward call whose op an autograd backward op differentiates.
   std::optional<ModuleCall> call_of_backward_op(int64_t op) const {
     int64_t fwd = -1;
-    if (const auto f = forward_of_backward_.find(op); f != forward_of_backward_.end()) {
+    if (const auto f = cpu_.forward_of_backward.find(op); f != cpu_.forward_of_backward.end()) {
       fwd = f->second;
     } else if (const int64_t seq = events()[static_cast<std::size_t>(op)].sequence; seq >= 0) {
-      if (const auto s = forward_op_by_sequence_.find(seq); s != forward_op_by_sequence_.end())
+      if (const auto s = cpu_.forward_op_by_sequence.find(seq); s != cpu_.forward_op_by_sequence.end())
         fwd = s->second;
     }
     if (fwd < 0) return std::nullopt;
@@ -654,7 +453,7 @@ class KinetoAnalysis {
         }
       }
       for (const auto& [key, call] : spans) backward_calls_.push_back(call);
-      if (backward_threads_.empty() && !forward_calls_.empty()) {
+      if (cpu_.backward_threads.empty() && !forward_calls_.empty()) {
         warn("no autograd evaluate_function ops in the step: backward not attributed to modules");
       }
     }
@@ -697,8 +496,8 @@ class KinetoAnalysis {
       for (const auto& [mb, end] : backward_end)
         timed.push_back({end, 3, {StepEventKind::final_callback, mb, -1}});
     }
-    if (optimizer_begin_)
-      timed.push_back({*optimizer_begin_, 4, {StepEventKind::optimizer_step, -1, -1}});
+    if (cpu_.optimizer_begin)
+      timed.push_back({*cpu_.optimizer_begin, 4, {StepEventKind::optimizer_step, -1, -1}});
     std::stable_sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
       return a.time != b.time ? a.time < b.time : a.order < b.order;
     });
@@ -710,13 +509,13 @@ class KinetoAnalysis {
 
   // What a GPU activity launched at (tid, t) was for: phase and traced module.
   std::pair<std::string, int64_t> attribute_launch(int64_t tid, double t) const {
-    if (optimizer_.innermost(tid, t)) return {"optimizer_step", -1};
+    if (cpu_.optimizer.innermost(tid, t)) return {"optimizer_step", -1};
     if (const auto r = recompute_index_.innermost(tid, t))
       return {"recompute", recompute_calls_[static_cast<std::size_t>(*r)].module};
     if (tid == step_.tid) {
       if (const auto call = forward_call_at(t)) return {"forward", call->module};
     }
-    if (const auto op = backward_ops_.innermost(tid, t)) {
+    if (const auto op = cpu_.backward_ops.innermost(tid, t)) {
       if (const auto call = call_of_backward_op(*op)) return {"backward", call->module};
       return {"backward", -1};
     }
@@ -724,8 +523,8 @@ class KinetoAnalysis {
       if (const auto c = backward_index_.innermost(t))
         return {"backward", backward_calls_[static_cast<std::size_t>(*c)].module};
     }
-    if (backward_threads_.count(tid) > 0) return {"backward", -1};
-    if (const auto phase = phases_.innermost(tid, t)) return {*phase == 0 ? "forward" : "backward", -1};
+    if (cpu_.backward_threads.count(tid) > 0) return {"backward", -1};
+    if (const auto phase = cpu_.phases.innermost(tid, t)) return {*phase == 0 ? "forward" : "backward", -1};
     return {"other", -1};
   }
 
@@ -734,7 +533,7 @@ class KinetoAnalysis {
     ImportedCollective c;
     const KinetoEvent* meta = kernel.collective.empty() ? nullptr : &kernel;
     if (meta == nullptr && launch_tid != kNoThread) {
-      if (const auto op = comm_ops_.innermost(launch_tid, launch_ts)) meta = &events()[static_cast<std::size_t>(*op)];
+      if (const auto op = cpu_.comm_ops.innermost(launch_tid, launch_ts)) meta = &events()[static_cast<std::size_t>(*op)];
     }
     if (meta != nullptr) {
       c.kind = collective_kind(meta->collective.empty() ? meta->name : meta->collective);
@@ -785,8 +584,8 @@ class KinetoAnalysis {
     int64_t without_launch = 0;
     for (const KinetoEvent& e : events()) {
       if (!is_gpu_activity(e)) continue;
-      const auto l = e.correlation >= 0 ? launches_.find(e.correlation) : launches_.end();
-      if (l != launches_.end()) {
+      const auto l = e.correlation >= 0 ? cpu_.launches.find(e.correlation) : cpu_.launches.end();
+      if (l != cpu_.launches.end()) {
         const KinetoEvent& launch = events()[static_cast<std::size_t>(l->second)];
         if (in_step(launch.ts)) activity.push_back({&e, launch.tid, launch.ts});
       } else if (in_step(e.ts)) {
@@ -943,20 +742,16 @@ class KinetoAnalysis {
   KinetoTrace trace_;
   ImportOptions options_;
   ImportedTrace out_;
-  Step step_;
+  kineto::KinetoStep step_;
+  kineto::CpuIndex cpu_;
   double origin_ = 0;
   std::vector<std::pair<double, double>> host_to_gpu_;  // (launch ts, GPU start), µs
-  std::unordered_map<int64_t, int64_t> launches_;  // correlation -> runtime event
-  std::unordered_map<int64_t, int64_t> forward_op_by_sequence_;
-  std::unordered_map<int64_t, int64_t> forward_of_backward_;  // from fwdbwd flows
-  std::set<int64_t> backward_threads_;
-  ThreadIndex backward_ops_, optimizer_, phases_, comm_ops_, recompute_index_;
+  ThreadIndex recompute_index_;
   std::map<std::string, int64_t> module_ids_;
   std::map<std::string, int64_t> traced_of_name_;  // any module range name -> traced module
   std::vector<ModuleCall> forward_calls_, backward_calls_, fsdp_backward_, recompute_calls_;
   std::vector<int64_t> recompute_thread_;
   std::vector<double> final_callbacks_;
-  std::optional<double> optimizer_begin_;  // the step's first Optimizer.step range
   IntervalIndex forward_index_, backward_index_;
   std::vector<double> cpu_event_times_;
 };
