@@ -77,44 +77,6 @@ std::string short_kernel_name(std::string_view name) {
   return n;
 }
 
-// "FSDP::pre_forward (layers.3)" -> {"pre_forward", "layers.3"}; the root unit has no name.
-std::optional<std::pair<std::string, std::string>> fsdp_range(std::string_view name) {
-  if (!starts_with(name, "FSDP::")) return std::nullopt;
-  std::string_view rest = name.substr(6);
-  std::string fqn;
-  if (const std::size_t open = rest.find(" ("); open != std::string_view::npos &&
-                                                 !rest.empty() && rest.back() == ')') {
-    fqn = std::string(rest.substr(open + 2, rest.size() - open - 3));
-    rest = rest.substr(0, open);
-  }
-  return std::pair{std::string(rest), fqn};
-}
-
-struct ModuleCall {
-  int64_t module = -1;
-  int64_t micro_batch = 0;
-  double begin = 0, end = 0;
-};
-
-// Sorts calls by time and numbers their micro-batches: a pass begins with each call of
-// module 0, the first traced module.
-void number_passes(std::vector<ModuleCall>& calls) {
-  std::sort(calls.begin(), calls.end(),
-            [](const ModuleCall& a, const ModuleCall& b) { return a.begin < b.begin; });
-  int64_t pass = -1;
-  for (ModuleCall& c : calls) {
-    if (c.module == 0) ++pass;
-    c.micro_batch = std::max<int64_t>(pass, 0);
-  }
-}
-
-// A module range on one thread, with the ranges nested in it.
-struct RangeNode {
-  std::string name;
-  double begin = 0, end = 0;
-  std::vector<std::size_t> children;
-};
-
 class KinetoAnalysis {
  public:
   KinetoAnalysis(const std::string& path, KinetoTrace trace, const ImportOptions& options)
@@ -134,14 +96,22 @@ class KinetoAnalysis {
     step_ = std::move(choice.step);
     out_.step = step_.name;
     cpu_ = kineto::index_cpu_events(events(), step_);
-    const bool fsdp = find_fsdp_units();
-    if (!fsdp) find_module_ranges();
-    number_micro_batches();
-    attribute_backward();
-    if (fsdp) find_recompute_in_backward_windows();
-    number_recompute_micro_batches();
-    index_recompute();
-    build_events();
+    const auto source = kineto::choose_module_source(events(), step_);
+    kineto::ModuleOrder order = source->find_order(events(), step_, options_.depth);
+    out_.module_source = order.source;
+    for (std::string& w : order.warnings) warn(std::move(w));
+    calls_.forward = kineto::number_forward_calls(std::move(order.forward_calls));
+    calls_.backward = kineto::attribute_backward(events(), step_, cpu_, calls_.forward,
+                                                 std::move(order.backward_windows));
+    for (std::string& w : calls_.backward.warnings) warn(std::move(w));
+    if (order.recompute_calls.empty())
+      order.recompute_calls = source->recomputes_in_backward(events(), step_, calls_.backward.calls);
+    calls_.recompute = kineto::number_recomputes(std::move(order.recompute_calls),
+                                                 calls_.backward.calls.calls);
+    kineto::StepEvents step_events = kineto::build_step_events(
+        std::move(order.modules), calls_, order.final_callbacks, cpu_.optimizer_begin);
+    out_.trace = std::move(step_events.trace);
+    cpu_event_times_ = std::move(step_events.host_times);
     import_gpu_activity();
     import_memory();
     return std::move(out_);
@@ -152,376 +122,21 @@ class KinetoAnalysis {
   bool in_step(double t) const { return step_.contains(t); }
   void warn(std::string text) { out_.warnings.push_back(std::move(text)); }
 
-  int64_t module_index(const std::string& name) {
-    const auto [it, inserted] = module_ids_.try_emplace(name, out_.trace.modules.size());
-    if (inserted) out_.trace.modules.push_back(name);
-    return static_cast<int64_t>(it->second);
-  }
-
-  // FSDP2's record_function ranges name each unit (torch/distributed/fsdp/_fully_shard/
-  // _fsdp_param_group.py, _with_fqn: "FSDP::pre_forward (layers.3)"; the root has no FQN).
-  // A forward window runs from FSDP::pre_forward to the end of FSDP::post_forward. A
-  // backward window opens at FSDP::pre_backward and closes at the last post-backward
-  // range of the unit before its next pre_backward: FSDP2 records
-  // post_backward_accumulate, post_backward_reshard and post_backward_reduce (the last
-  // is absent without gradient sync); "FSDP::post_backward" itself is only a debug log.
-  bool find_fsdp_units() {
-    struct Range {
-      std::string what, fqn;
-      double begin, end;
-      int64_t tid;
-    };
-    std::vector<Range> ranges;
-    for (const KinetoEvent& e : events()) {
-      if (e.ph != 'X' || !in_step(e.ts) || !starts_with(e.name, "FSDP::")) continue;
-      if (auto r = fsdp_range(e.name)) ranges.push_back({r->first, r->second, e.ts, end_of(e), e.tid});
-    }
-    std::stable_sort(ranges.begin(), ranges.end(),
-                     [](const Range& a, const Range& b) { return a.begin < b.begin; });
-    const bool any = std::any_of(ranges.begin(), ranges.end(), [](const Range& r) {
-      return r.what == "pre_forward" || r.what == "pre_backward";
-    });
-    if (!any) return false;
-    out_.module_source = "FSDP2 record_function ranges (FSDP::pre_forward/post_forward, "
-                         "FSDP::pre_backward/post_backward_*)";
-    bool any_fqn = false;
-    std::map<std::string, std::vector<Range>> open_forward;  // per unit, first in first out
-    std::map<std::string, std::vector<Range>> pre_backward, post_backward;
-    for (const Range& r : ranges) {
-      if (r.what == "pre_forward") {
-        any_fqn = any_fqn || !r.fqn.empty();
-        // Units are numbered in forward order, the root (no FQN in FSDP2) first.
-        if (r.tid == step_.tid) module_index(r.fqn);
-        open_forward[r.fqn].push_back(r);
-      } else if (r.what == "post_forward") {
-        auto& pending = open_forward[r.fqn];
-        if (pending.empty()) continue;
-        const Range pre = pending.front();
-        pending.erase(pending.begin());
-        const int64_t m = module_index(r.fqn);
-        if (pre.tid == step_.tid) {
-          forward_calls_.push_back({m, 0, pre.begin, r.end});
-        } else {  // a unit's forward re-run inside backward: activation checkpointing
-          recompute_calls_.push_back({m, 0, pre.begin, r.end});
-          recompute_thread_.push_back(pre.tid);
-        }
-      } else if (r.what == "pre_backward") {
-        pre_backward[r.fqn].push_back(r);
-      } else if (starts_with(r.what, "post_backward")) {
-        post_backward[r.fqn].push_back(r);
-      } else if (r.what == "root_post_backward_callback" || r.what == "root_post_backward") {
-        final_callbacks_.push_back(r.begin);
-      }
-    }
-    int64_t unclosed = 0;
-    for (const auto& [fqn, opens] : pre_backward) {
-      const int64_t m = module_index(fqn);
-      const std::vector<Range>& closers = post_backward[fqn];
-      for (std::size_t i = 0; i < opens.size(); ++i) {
-        const double next = i + 1 < opens.size() ? opens[i + 1].begin : 1e300;
-        double end = -1;
-        for (const Range& c : closers)
-          if (c.begin >= opens[i].begin && c.begin < next) end = std::max(end, c.end);
-        if (end < 0) {
-          ++unclosed;
-          end = opens[i].end;
-        }
-        fsdp_backward_.push_back({m, 0, opens[i].begin, end});
-      }
-    }
-    if (unclosed > 0) {
-      warn(fmt::format("{} FSDP::pre_backward range(s) have no post-backward range after them: "
-                       "their backward windows end with pre_backward",
-                       unclosed));
-    }
-    // Each backward pass opens with the root unit's pre_backward (its hook sits on the
-    // model's outputs).
-    number_passes(fsdp_backward_);
-    if (!any_fqn && forward_calls_.size() > 1) {
-      warn("FSDP ranges carry no module names (older PyTorch writes bare 'FSDP::pre_forward'): "
-           "every unit reads as the root unit \"\"");
-    }
-    return true;
-  }
-
-  // Module ranges on the autograd thread inside a unit's backward window are that unit's
-  // forward re-run (activation checkpointing around an FSDP unit runs no FSDP hooks).
-  void find_recompute_in_backward_windows() {
-    if (!recompute_calls_.empty()) return;
-    for (auto& [tid, nodes] : module_ranges()) {
-      if (tid == step_.tid) continue;
-      for (std::size_t i : nest(nodes)) {
-        const auto call = backward_index_.innermost(nodes[i].begin);
-        if (!call) continue;
-        const int64_t m = backward_calls_[static_cast<std::size_t>(*call)].module;
-        recompute_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
-        recompute_thread_.push_back(tid);
-      }
-    }
-  }
-
-  // Forward calls in time order, numbered by micro-batch: a pass starts with each call of
-  // the first traced module (the root unit under FSDP2, the first module otherwise), so a
-  // module called twice in one pass (a shared layer) stays in its pass.
-  void number_micro_batches() {
-    number_passes(forward_calls_);
-    for (std::size_t c = 0; c < forward_calls_.size(); ++c)
-      forward_index_.add(forward_calls_[c].begin, forward_calls_[c].end, static_cast<int64_t>(c));
-    forward_index_.finish();
-  }
-
-  // A recompute belongs to the micro-batch whose backward of that module holds it, else to
-  // that of the last backward window that opened before it. Ranges of one module in one
-  // micro-batch on one thread are one checkpointed region re-run (its sibling modules).
-  void number_recompute_micro_batches() {
-    for (ModuleCall& r : recompute_calls_) {
-      const ModuleCall* best = nullptr;
-      for (const ModuleCall& b : backward_calls_) {
-        if (b.module == r.module && b.begin <= r.begin && r.begin <= b.end) {
-          best = &b;
-          break;
-        }
-        if (b.begin <= r.begin && (best == nullptr || b.begin > best->begin)) best = &b;
-      }
-      r.micro_batch = best != nullptr ? best->micro_batch : 0;
-    }
-    std::vector<ModuleCall> merged;
-    std::vector<int64_t> threads;
-    for (std::size_t i = 0; i < recompute_calls_.size(); ++i) {
-      const ModuleCall& r = recompute_calls_[i];
-      if (!merged.empty() && merged.back().module == r.module &&
-          merged.back().micro_batch == r.micro_batch && threads.back() == recompute_thread_[i]) {
-        merged.back().end = std::max(merged.back().end, r.end);
-        continue;
-      }
-      merged.push_back(r);
-      threads.push_back(recompute_thread_[i]);
-    }
-    recompute_calls_ = std::move(merged);
-    recompute_thread_ = std::move(threads);
-  }
-
-  // The step's "nn.Module: Class_k" ranges (profiles taken with with_stack=True) by
-  // thread, named Class_k. The reader keeps no other Python ranges.
-  std::map<int64_t, std::vector<RangeNode>> module_ranges() const {
-    constexpr std::string_view kPrefix = "nn.Module: ";
-    std::map<int64_t, std::vector<RangeNode>> by_thread;
-    for (const KinetoEvent& e : events()) {
-      if (e.ph == 'X' && e.cat == "python_function" && in_step(e.ts))
-        by_thread[e.tid].push_back({std::string(e.name.substr(kPrefix.size())), e.ts, end_of(e), {}});
-    }
-    return by_thread;
-  }
-
-  // Module order from the nn.Module ranges on the step's thread; ranges on other threads
-  // are recomputes.
-  void find_module_ranges() {
-    std::map<int64_t, std::vector<RangeNode>> by_thread = module_ranges();
-    if (by_thread.empty()) {
-      warn("no module ranges (nn.Module ranges need the profiler's with_stack=True; FSDP2 "
-           "writes FSDP:: ranges): the module order is unknown, GPU time is split by phase only");
-      out_.module_source = "none";
-      return;
-    }
-    out_.module_source = "nn.Module ranges (with_stack)";
-    std::map<int64_t, std::vector<std::size_t>> roots;
-    for (auto& [tid, nodes] : by_thread) roots[tid] = nest(nodes);
-    if (const auto main = by_thread.find(step_.tid); main != by_thread.end())
-      trace_modules(main->second, roots[step_.tid]);
-    find_recompute(by_thread, roots);
-  }
-
-  // Nests ranges by containment; returns the top-level ones in time order.
-  static std::vector<std::size_t> nest(std::vector<RangeNode>& nodes) {
-    std::sort(nodes.begin(), nodes.end(), [](const RangeNode& a, const RangeNode& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
-    });
-    std::vector<std::size_t> roots, stack;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      while (!stack.empty() && nodes[stack.back()].end < nodes[i].end) stack.pop_back();
-      (stack.empty() ? roots : nodes[stack.back()].children).push_back(i);
-      stack.push_back(i);
-    }
-    return roots;
-  }
-
-  // The traced level: below wrappers that hold one module (DistributedDataParallel ->
-  // ResNet), to where the model branches, then `depth` levels further.
-  void trace_modules(const std::vector<RangeNode>& nodes, const std::vector<std::size_t>& roots) {
-    std::vector<std::size_t> level = roots;
-    auto one_name = [&](const std::vector<std::size_t>& l) {
-      for (std::size_t i : l) {
-        if (nodes[i].name != nodes[l.front()].name || nodes[i].children.empty()) return false;
-      }
-      return !l.empty();
-    };
-    auto descend = [&](const std::vector<std::size_t>& l, bool all) {
-      std::vector<std::size_t> next;
-      for (std::size_t i : l) {
-        if (nodes[i].children.empty() && !all) {
-          next.push_back(i);
-        } else {
-          next.insert(next.end(), nodes[i].children.begin(), nodes[i].children.end());
-        }
-      }
-      return next;
-    };
-    while (one_name(level)) level = descend(level, true);
-    for (int64_t d = 0; d < options_.depth; ++d) level = descend(level, false);
-
-    for (std::size_t i : level) {
-      const int64_t m = module_index(nodes[i].name);
-      forward_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
-      mark_subtree(nodes, i, m);
-    }
-  }
-
-  void mark_subtree(const std::vector<RangeNode>& nodes, std::size_t i, int64_t module) {
-    traced_of_name_.emplace(nodes[i].name, module);
-    for (std::size_t c : nodes[i].children) mark_subtree(nodes, c, module);
-  }
-
-  // Module ranges on other threads inside the step are forwards re-run in backward
-  // (activation checkpointing); the outermost range that names a traced module's subtree
-  // is that module's recompute.
-  void find_recompute(const std::map<int64_t, std::vector<RangeNode>>& by_thread,
-                      const std::map<int64_t, std::vector<std::size_t>>& roots_by_thread) {
-    for (const auto& [tid, roots] : roots_by_thread) {
-      if (tid == step_.tid) continue;
-      const std::vector<RangeNode>& nodes = by_thread.at(tid);
-      std::vector<std::size_t> todo(roots.rbegin(), roots.rend());
-      while (!todo.empty()) {
-        const std::size_t i = todo.back();
-        todo.pop_back();
-        const auto it = traced_of_name_.find(nodes[i].name);
-        if (it == traced_of_name_.end()) {
-          todo.insert(todo.end(), nodes[i].children.rbegin(), nodes[i].children.rend());
-          continue;
-        }
-        const int64_t m = it->second;
-        recompute_calls_.push_back({m, 0, nodes[i].begin, nodes[i].end});
-        recompute_thread_.push_back(tid);
-      }
-    }
-  }
-
-  void index_recompute() {
-    for (std::size_t c = 0; c < recompute_calls_.size(); ++c) {
-      recompute_index_.add(recompute_thread_[c], recompute_calls_[c].begin,
-                           recompute_calls_[c].end, static_cast<int64_t>(c));
-    }
-    recompute_index_.finish();
-  }
-
-  // The traced forward call an op at time t on the step's thread belongs to.
-  std::optional<ModuleCall> forward_call_at(double t) const {
-    const auto c = forward_index_.innermost(t);
-    if (!c) return std::nullopt;
-    return forward_calls_[static_cast<std::size_t>(*c)];
-  }
-
-  // The forward call whose op an autograd backward op differentiates.
-  std::optional<ModuleCall> call_of_backward_op(int64_t op) const {
-    int64_t fwd = -1;
-    if (const auto f = cpu_.forward_of_backward.find(op); f != cpu_.forward_of_backward.end()) {
-      fwd = f->second;
-    } else if (const int64_t seq = events()[static_cast<std::size_t>(op)].sequence; seq >= 0) {
-      if (const auto s = cpu_.forward_op_by_sequence.find(seq); s != cpu_.forward_op_by_sequence.end())
-        fwd = s->second;
-    }
-    if (fwd < 0) return std::nullopt;
-    return forward_call_at(events()[static_cast<std::size_t>(fwd)].ts);
-  }
-
-  // Backward windows: from FSDP ranges, or spanned by each call's autograd ops.
-  void attribute_backward() {
-    if (!fsdp_backward_.empty()) {
-      backward_calls_ = fsdp_backward_;
-    } else {
-      std::map<std::pair<int64_t, int64_t>, ModuleCall> spans;  // (module, mb)
-      for (std::size_t i = 0; i < events().size(); ++i) {
-        const KinetoEvent& e = events()[i];
-        if (e.ph != 'X' || !in_step(e.ts) || !starts_with(e.name, kEvaluateFunction)) continue;
-        const auto call = call_of_backward_op(static_cast<int64_t>(i));
-        if (!call) continue;
-        auto [it, inserted] = spans.try_emplace(
-            {call->module, call->micro_batch},
-            ModuleCall{call->module, call->micro_batch, e.ts, end_of(e)});
-        if (!inserted) {
-          it->second.begin = std::min(it->second.begin, e.ts);
-          it->second.end = std::max(it->second.end, end_of(e));
-        }
-      }
-      for (const auto& [key, call] : spans) backward_calls_.push_back(call);
-      if (cpu_.backward_threads.empty() && !forward_calls_.empty()) {
-        warn("no autograd evaluate_function ops in the step: backward not attributed to modules");
-      }
-    }
-    for (std::size_t c = 0; c < backward_calls_.size(); ++c)
-      backward_index_.add(backward_calls_[c].begin, backward_calls_[c].end, static_cast<int64_t>(c));
-    backward_index_.finish();
-  }
-
-  void build_events() {
-    StepTrace& t = out_.trace;
-    t.checkpointed.assign(t.modules.size(), false);
-    for (const ModuleCall& c : recompute_calls_) t.checkpointed[static_cast<std::size_t>(c.module)] = true;
-    t.recompute = recompute_calls_.empty() ? Recompute::none : Recompute::full;
-    int64_t micro_batches = 0;
-    for (const ModuleCall& c : forward_calls_) micro_batches = std::max(micro_batches, c.micro_batch + 1);
-    t.grad_accum = std::max<int64_t>(1, micro_batches);
-
-    struct Timed {
-      double time;
-      int order;
-      StepEvent event;
-    };
-    std::vector<Timed> timed;
-    for (const ModuleCall& c : forward_calls_) {
-      timed.push_back({c.begin, 0, {StepEventKind::pre_forward, c.micro_batch, c.module}});
-      timed.push_back({c.end, 1, {StepEventKind::post_forward, c.micro_batch, c.module}});
-    }
-    std::map<int64_t, double> backward_end;  // per micro-batch
-    for (const ModuleCall& c : backward_calls_) {
-      timed.push_back({c.begin, 0, {StepEventKind::pre_backward, c.micro_batch, c.module}});
-      timed.push_back({c.end, 2, {StepEventKind::post_backward, c.micro_batch, c.module}});
-      backward_end[c.micro_batch] = std::max(backward_end[c.micro_batch], c.end);
-    }
-    for (const ModuleCall& c : recompute_calls_)
-      timed.push_back({c.begin, 1, {StepEventKind::recompute_forward, c.micro_batch, c.module}});
-    if (!final_callbacks_.empty()) {
-      int64_t mb = 0;
-      for (double ts : final_callbacks_) timed.push_back({ts, 3, {StepEventKind::final_callback, mb++, -1}});
-    } else {
-      for (const auto& [mb, end] : backward_end)
-        timed.push_back({end, 3, {StepEventKind::final_callback, mb, -1}});
-    }
-    if (cpu_.optimizer_begin)
-      timed.push_back({*cpu_.optimizer_begin, 4, {StepEventKind::optimizer_step, -1, -1}});
-    std::stable_sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
-      return a.time != b.time ? a.time < b.time : a.order < b.order;
-    });
-    for (const Timed& x : timed) {
-      t.events.push_back(x.event);
-      cpu_event_times_.push_back(x.time);
-    }
-  }
-
   // What a GPU activity launched at (tid, t) was for: phase and traced module.
   std::pair<std::string, int64_t> attribute_launch(int64_t tid, double t) const {
     if (cpu_.optimizer.innermost(tid, t)) return {"optimizer_step", -1};
-    if (const auto r = recompute_index_.innermost(tid, t))
-      return {"recompute", recompute_calls_[static_cast<std::size_t>(*r)].module};
+    if (const auto r = calls_.recompute.by_thread.innermost(tid, t))
+      return {"recompute", calls_.recompute.calls[static_cast<std::size_t>(*r)].module};
     if (tid == step_.tid) {
-      if (const auto call = forward_call_at(t)) return {"forward", call->module};
+      if (const auto call = calls_.forward.at(t)) return {"forward", call->module};
     }
     if (const auto op = cpu_.backward_ops.innermost(tid, t)) {
-      if (const auto call = call_of_backward_op(*op)) return {"backward", call->module};
+      if (const auto call = kineto::call_of_backward_op(events(), cpu_, calls_.forward, *op))
+        return {"backward", call->module};
       return {"backward", -1};
     }
-    if (!fsdp_backward_.empty()) {
-      if (const auto c = backward_index_.innermost(t))
-        return {"backward", backward_calls_[static_cast<std::size_t>(*c)].module};
+    if (calls_.backward.from_windows) {
+      if (const auto c = calls_.backward.calls.at(t)) return {"backward", c->module};
     }
     if (cpu_.backward_threads.count(tid) > 0) return {"backward", -1};
     if (const auto phase = cpu_.phases.innermost(tid, t)) return {*phase == 0 ? "forward" : "backward", -1};
@@ -746,13 +361,7 @@ class KinetoAnalysis {
   kineto::CpuIndex cpu_;
   double origin_ = 0;
   std::vector<std::pair<double, double>> host_to_gpu_;  // (launch ts, GPU start), µs
-  ThreadIndex recompute_index_;
-  std::map<std::string, int64_t> module_ids_;
-  std::map<std::string, int64_t> traced_of_name_;  // any module range name -> traced module
-  std::vector<ModuleCall> forward_calls_, backward_calls_, fsdp_backward_, recompute_calls_;
-  std::vector<int64_t> recompute_thread_;
-  std::vector<double> final_callbacks_;
-  IntervalIndex forward_index_, backward_index_;
+  kineto::ModuleCalls calls_;
   std::vector<double> cpu_event_times_;
 };
 

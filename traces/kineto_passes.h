@@ -6,6 +6,8 @@
 
 #include <cctype>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "traces/interval_index.h"
 #include "traces/kineto_reader.h"
+#include "traces/step_trace.h"
 
 namespace shardplan::kineto {
 
@@ -86,5 +89,134 @@ struct CpuIndex {
 };
 
 CpuIndex index_cpu_events(const std::vector<KinetoEvent>& events, const KinetoStep& step);
+
+// One forward call of a traced module, or one backward / recompute of it.
+struct ModuleCall {
+  int64_t module = -1;
+  int64_t micro_batch = 0;
+  double begin = 0, end = 0;  // µs
+  int64_t tid = -1;           // the thread it ran on
+};
+
+// Traced module names, numbered in the order they are first seen.
+struct ModuleNames {
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> ids;
+  int64_t id_of(const std::string& name);
+};
+
+// A module range on one thread, with the ranges nested in it.
+struct RangeNode {
+  std::string name;
+  double begin = 0, end = 0;
+  std::vector<std::size_t> children;
+};
+
+// The step's "nn.Module: Class_k" ranges (profiles taken with with_stack=True) by
+// thread, named Class_k. The reader keeps no other Python ranges.
+std::map<int64_t, std::vector<RangeNode>> module_ranges(const std::vector<KinetoEvent>& events,
+                                                        const KinetoStep& step);
+
+// Nests ranges by containment (sorting them); returns the top-level ones in time order.
+std::vector<std::size_t> nest(std::vector<RangeNode>& nodes);
+
+// Calls in a fixed order, with an index of their intervals.
+struct CallIndex {
+  std::vector<ModuleCall> calls;
+  IntervalIndex by_time;  // values index `calls`
+  // The innermost call holding t.
+  std::optional<ModuleCall> at(double t) const;
+};
+
+CallIndex index_calls(std::vector<ModuleCall> calls);
+
+// Sorts calls by time and numbers their micro-batches: a pass begins with each call of
+// module 0, the first traced module.
+std::vector<ModuleCall> number_passes(std::vector<ModuleCall> calls);
+
+// What a module source reads from the step's ranges.
+struct ModuleOrder {
+  std::string source;                        // what gave the order (ImportedTrace::module_source)
+  std::vector<std::string> modules;          // the traced modules, numbered as first seen
+  std::vector<ModuleCall> forward_calls;     // on the step's thread; micro-batches not numbered
+  std::vector<ModuleCall> recompute_calls;   // forwards re-run in backward; not numbered
+  std::vector<ModuleCall> backward_windows;  // numbered; none: autograd ops span them later
+  std::vector<double> final_callbacks;       // µs; none: each backward's end stands in
+  std::vector<std::string> warnings;
+};
+
+// Where the module order comes from: FSDP2's record_function ranges (units) or nn.Module
+// ranges (with_stack=True). Everything after the order is the same for both.
+class ModuleSource {
+ public:
+  virtual ~ModuleSource() = default;
+  virtual ModuleOrder find_order(const std::vector<KinetoEvent>& events, const KinetoStep& step,
+                                 int64_t depth) const = 0;
+  // Recomputes that show only once the backward calls are known; asked when find_order
+  // found none.
+  virtual std::vector<ModuleCall> recomputes_in_backward(const std::vector<KinetoEvent>&,
+                                                         const KinetoStep&,
+                                                         const CallIndex& /*backward*/) const {
+    return {};
+  }
+};
+
+std::unique_ptr<ModuleSource> make_fsdp2_source();
+std::unique_ptr<ModuleSource> make_nn_module_source();
+// Whether the step has FSDP2 unit ranges (a pre_forward or pre_backward of some unit).
+bool has_fsdp2_units(const std::vector<KinetoEvent>& events, const KinetoStep& step);
+// FSDP2's ranges where the step has units, else nn.Module ranges.
+std::unique_ptr<ModuleSource> choose_module_source(const std::vector<KinetoEvent>& events,
+                                                   const KinetoStep& step);
+
+// Forward calls in time order, numbered by micro-batch: a pass starts with each call of
+// the first traced module (the root unit under FSDP2, the first module otherwise), so a
+// module called twice in one pass (a shared layer) stays in its pass.
+CallIndex number_forward_calls(std::vector<ModuleCall> forward_calls);
+
+// The forward call whose op the autograd backward op `op` differentiates: by fwdbwd
+// flow, else by sequence number.
+std::optional<ModuleCall> call_of_backward_op(const std::vector<KinetoEvent>& events,
+                                              const CpuIndex& cpu, const CallIndex& forward,
+                                              int64_t op);
+
+struct BackwardCalls {
+  CallIndex calls;
+  bool from_windows = false;  // the source's windows, not spans of autograd ops
+  std::vector<std::string> warnings;
+};
+
+// Backward windows: the source's, or spanned by each forward call's autograd ops.
+BackwardCalls attribute_backward(const std::vector<KinetoEvent>& events, const KinetoStep& step,
+                                 const CpuIndex& cpu, const CallIndex& forward,
+                                 std::vector<ModuleCall> windows);
+
+struct Recomputes {
+  std::vector<ModuleCall> calls;  // one per checkpointed region re-run
+  ThreadIndex by_thread;          // values index `calls`
+};
+
+// A recompute belongs to the micro-batch whose backward of that module holds it, else to
+// that of the last backward window that opened before it. Ranges of one module in one
+// micro-batch on one thread are one checkpointed region re-run (its sibling modules).
+Recomputes number_recomputes(std::vector<ModuleCall> recompute_calls,
+                             const std::vector<ModuleCall>& backward_calls);
+
+// The step's traced calls, numbered and indexed for attribution.
+struct ModuleCalls {
+  CallIndex forward;
+  BackwardCalls backward;
+  Recomputes recompute;
+};
+
+struct StepEvents {
+  StepTrace trace;
+  std::vector<double> host_times;  // µs, when each trace event ran on the host
+};
+
+// The calls as StepTrace events in time order, with when each ran on the host.
+StepEvents build_step_events(std::vector<std::string> modules, const ModuleCalls& calls,
+                             const std::vector<double>& final_callbacks,
+                             std::optional<double> optimizer_begin);
 
 }  // namespace shardplan::kineto
