@@ -18,6 +18,8 @@
 #include "traces/interval_index.h"
 #include "traces/kineto_reader.h"
 #include "traces/step_trace.h"
+#include "traces/timeline.h"
+#include "traces/trace_import.h"
 
 namespace shardplan::kineto {
 
@@ -56,7 +58,7 @@ inline bool is_cpu_op(const KinetoEvent& e) {
 // The profiler step imported: every later pass looks only inside its time.
 struct KinetoStep {
   std::string name;
-  double begin = 0, end = 0;  // µs, both inside the step
+  double begin = 0, end = 0;  // µs; closed: a time equal to either end is inside
   int64_t tid = -1;           // the thread that runs the step's forward
   bool contains(double t) const { return t >= begin && t <= end; }
 };
@@ -218,5 +220,53 @@ struct StepEvents {
 StepEvents build_step_events(std::vector<std::string> modules, const ModuleCalls& calls,
                              const std::vector<double>& final_callbacks,
                              std::optional<double> optimizer_begin);
+
+// What a GPU activity launched at some host time was for.
+struct Attribution {
+  std::string phase;  // forward, backward, recompute, optimizer_step, other
+  int64_t module = -1;
+};
+
+// The first of these around the launch (thread `tid`, host time t): an optimizer range;
+// a recompute on that thread; a forward call, if on the step's thread; an autograd op
+// (through the forward op it differentiates); a backward window of the source; a
+// backward thread; a user phase range. Else "other".
+Attribution attribute_launch(const std::vector<KinetoEvent>& events, const KinetoStep& step,
+                             const CpuIndex& cpu, const ModuleCalls& calls, int64_t tid, double t);
+
+// Host time -> GPU time: the GPU start of the last activity launched by then (running
+// maximum over launch order), so a module boundary or an allocation lands where the
+// stream reaches it, as PyTorch's stream-ordered caching allocator sees it.
+struct GpuClock {
+  double origin = 0;                                   // µs, the step's first GPU activity
+  std::vector<std::pair<double, double>> host_to_gpu;  // (launch ts, GPU start), µs
+  // Seconds from the step's first GPU activity at which the GPU reaches host time t.
+  double seconds_at(double t) const;
+};
+
+struct GpuActivity {
+  Timeline timeline;  // "profiled": the step's kernels, copies and sets; no memory curve
+  std::vector<ModuleTime> module_times;  // per traced module
+  std::vector<ImportedCollective> collectives;
+  GpuClock clock;
+  std::vector<std::string> warnings;
+};
+
+// The GPU activities launched inside the step (or, with no launch, starting in it), each
+// attributed to a phase and module. None: InputError naming `file`.
+GpuActivity import_gpu_activity(const KinetoTrace& trace, const KinetoStep& step,
+                                const CpuIndex& cpu, const ModuleCalls& calls,
+                                const std::vector<std::string>& modules, const std::string& file);
+
+struct MemoryCurve {
+  std::vector<MemorySample> samples;  // on the GPU clock, in time order
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  std::vector<std::string> warnings;
+};
+
+// The step's CUDA [memory] events that carry the allocator's totals.
+MemoryCurve import_memory(const std::vector<KinetoEvent>& events, const KinetoStep& step,
+                          const GpuClock& clock);
 
 }  // namespace shardplan::kineto
