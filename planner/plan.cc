@@ -6,9 +6,9 @@ namespace shardplan {
 namespace {
 
 constexpr NameTable<Stream, kNumStreams> kStreams = {{{Stream::compute, "compute"},
-                                            {Stream::ag, "ag"},
-                                            {Stream::rs, "rs"},
-                                            {Stream::outer, "outer"}}};
+                                                      {Stream::ag, "ag"},
+                                                      {Stream::rs, "rs"},
+                                                      {Stream::outer, "outer"}}};
 constexpr NameTable<OpKind, 7> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                             {OpKind::reduce_scatter, "reduce_scatter"},
                                             {OpKind::all_reduce, "all_reduce"},

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev llvm  # the sanitizer build, libFuzzer and llvm-symbolizer
+  clang-format  # 14 on Debian 12: the format check in the test suite
   python3-torch  # PyTorch 1.13 (CPU) for traces/capture and its tests
   chromium  # headless, to check that simulate --report pages render
 )

@@ -133,9 +133,9 @@ bool wanted_event(std::string_view ph, std::string_view cat, std::string_view na
 // skipped unbuilt, which is most of a cpu_op's bytes.
 bool wanted_arg(std::string_view key) {
   static constexpr std::string_view kArgs[] = {
-      "correlation",   "Sequence number", "stream",     "Collective name", "In msg nelems",
-      "Out msg nelems", "Group size",     "dtype",      "Device Type",     "Bytes",
-      "Total Allocated", "Total Reserved"};
+      "correlation",   "Sequence number", "stream",          "Collective name",
+      "In msg nelems", "Out msg nelems",  "Group size",      "dtype",
+      "Device Type",   "Bytes",           "Total Allocated", "Total Reserved"};
   return std::find(std::begin(kArgs), std::end(kArgs), key) != std::end(kArgs);
 }
 

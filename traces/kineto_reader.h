@@ -16,11 +16,11 @@ namespace shardplan {
 struct KinetoEvent {
   std::string_view name;
   std::string_view cat;
-  char ph = 'X';       // X complete, i instant, s/f flow start/end, M metadata
-  int64_t pid = -1;    // process (CPU) or device (GPU)
-  int64_t tid = -1;    // thread (CPU) or stream (GPU); a string tid gets a negative id
-  double ts = 0;       // microseconds
-  double dur = 0;      // microseconds
+  char ph = 'X';             // X complete, i instant, s/f flow start/end, M metadata
+  int64_t pid = -1;          // process (CPU) or device (GPU)
+  int64_t tid = -1;          // thread (CPU) or stream (GPU); a string tid gets a negative id
+  double ts = 0;             // microseconds
+  double dur = 0;            // microseconds
   int64_t correlation = -1;  // links a kernel to the runtime call that launched it
   int64_t sequence = -1;     // autograd "Sequence number": forward op <-> backward op
   int64_t flow_id = -1;      // fwdbwd flows (the reader keeps no other flows)

@@ -11,7 +11,8 @@ std::unique_ptr<TraceImporter> make_trace_importer(const std::string& format,
                                                    const std::string& path) {
   if (format == "kineto") return make_kineto_importer();
   if (format != "auto") {
-    throw InputError("", "--format", fmt::format("unknown trace format '{}' (kineto, auto)", format));
+    throw InputError("", "--format",
+                     fmt::format("unknown trace format '{}' (kineto, auto)", format));
   }
   // A Chrome trace opens with an object whose keys include traceEvents (Kineto writes
   // schemaVersion and deviceProperties first); anything else is not one we read.
@@ -21,9 +22,9 @@ std::unique_ptr<TraceImporter> make_trace_importer(const std::string& format,
   if (head[first] != '{') {
     throw InputError(path, "", "not JSON (a Chrome trace starts with '{'); gzip is read as is");
   }
-  if (head.find("\"family\"") != std::string::npos && head.find("\"traceEvents\"") == std::string::npos) {
-    throw InputError(path, "",
-                     "a shardplan model file, not a profiler trace: pass it as --model");
+  if (head.find("\"family\"") != std::string::npos &&
+      head.find("\"traceEvents\"") == std::string::npos) {
+    throw InputError(path, "", "a shardplan model file, not a profiler trace: pass it as --model");
   }
   return make_kineto_importer();
 }

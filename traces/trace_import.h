@@ -12,13 +12,13 @@
 namespace shardplan {
 
 struct ImportOptions {
-  std::string step;  // "ProfilerStep#K" or just "K"; empty = the last step
+  std::string step;   // "ProfilerStep#K" or just "K"; empty = the last step
   int64_t depth = 0;  // levels below the first branching module level to trace (module ranges)
 };
 
 // One collective as it ran on the GPU.
 struct ImportedCollective {
-  std::string kind;  // all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, ...
+  std::string kind;          // all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, ...
   int64_t in_elements = -1;  // -1 when the trace does not say
   int64_t out_elements = -1;
   int64_t group_size = -1;
@@ -52,7 +52,7 @@ struct ImportedTrace {
   std::vector<double> event_seconds;
   std::vector<ModuleTime> module_times;  // per trace.modules entry
   std::vector<ImportedCollective> collectives;
-  Timeline timeline;  // source "profiled": ops are the step's GPU activities
+  Timeline timeline;                  // source "profiled": ops are the step's GPU activities
   std::vector<std::string> warnings;  // what the trace lacks, said instead of guessed
 };
 

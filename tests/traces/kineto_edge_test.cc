@@ -14,12 +14,12 @@
 namespace shardplan::testing {
 namespace {
 
-using ::testing::ElementsAre;
 using nlohmann::json;
+using ::testing::ElementsAre;
 
 json range(const std::string& name, const std::string& cat, int tid, double ts, double dur,
            json args = nullptr) {
-  json e = {{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", 100},
+  json e = {{"ph", "X"},  {"cat", cat}, {"name", name}, {"pid", 100},
             {"tid", tid}, {"ts", ts},   {"dur", dur}};
   if (!args.is_null()) e["args"] = std::move(args);
   return e;
@@ -29,8 +29,8 @@ json range(const std::string& name, const std::string& cat, int tid, double ts, 
 void launch(json& events, int correlation, int tid, double ts, double start, double end,
             const std::string& kernel = "gemm", json kernel_args = json::object(),
             const std::string& cat = "kernel") {
-  events.push_back(range("cudaLaunchKernel", "cuda_runtime", tid, ts, 1,
-                         {{"correlation", correlation}}));
+  events.push_back(
+      range("cudaLaunchKernel", "cuda_runtime", tid, ts, 1, {{"correlation", correlation}}));
   kernel_args["correlation"] = correlation;
   if (!kernel_args.contains("stream")) kernel_args["stream"] = 7;
   json k = range(kernel, cat, kernel_args["stream"].get<int>(), start, end - start, kernel_args);
@@ -86,8 +86,7 @@ TEST(KinetoEdges, WithoutProfilerStepsTheAutogradThreadIsNotTheStep) {
     const double ts = 200 + 100.0 * i;
     ev.push_back(range("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 2, ts, 50,
                        {{"Sequence number", 2 - i}}));
-    for (int k = 0; k < 3; ++k)
-      ev.push_back(range("aten::mm", "cpu_op", 2, ts + 5 + 10 * k, 5));
+    for (int k = 0; k < 3; ++k) ev.push_back(range("aten::mm", "cpu_op", 2, ts + 5 + 10 * k, 5));
     launch(ev, 10 + i, 2, ts + 40, ts + 45, ts + 65);
   }
   const ImportedTrace tr = import_json({{"traceEvents", ev}}, "nostep.json");
@@ -140,8 +139,8 @@ TEST(KinetoEdges, MissingAndOddMetadata) {
       "odd.json");
   EXPECT_EQ(odd.timeline.num_gpus, 1);
   EXPECT_EQ(odd.timeline.cluster, "");
-  const ImportedTrace text = import_json(
-      {{"traceEvents", ev}, {"distributedInfo", {{"world_size", "2"}}}}, "text.json");
+  const ImportedTrace text =
+      import_json({{"traceEvents", ev}, {"distributedInfo", {{"world_size", "2"}}}}, "text.json");
   EXPECT_EQ(text.timeline.num_gpus, 1);
 }
 
@@ -153,7 +152,11 @@ TEST(KinetoEdges, OlderSpellingsAndMissingFields) {
   launch(ev, 1, 1, 6, 10, 30, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
          {{"stream", 14}}, "Kernel");
   // [memory] without totals, and an event without a time stamp.
-  ev.push_back({{"ph", "i"}, {"name", "[memory]"}, {"pid", 100}, {"tid", 1}, {"ts", 8},
+  ev.push_back({{"ph", "i"},
+                {"name", "[memory]"},
+                {"pid", 100},
+                {"tid", 1},
+                {"ts", 8},
                 {"args", {{"Device Type", 1}, {"Bytes", 512}}}});
   ev.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::add"}, {"pid", 100}, {"tid", 1}});
   const ImportedTrace tr = import_json({{"traceEvents", ev}}, "old.json");
@@ -171,8 +174,8 @@ TEST(KinetoEdges, GpuEventsAloneAreAnError) {
   launch(ev, 1, 1, 6, 10, 20);
   ev.erase(ev.begin());  // the kernel without its launch
   const std::string path = write_temp_file("gpu_only.json", json{{"traceEvents", ev}}.dump());
-  expect_input_error([&] { make_kineto_importer()->import(path, {}); }, "traceEvents",
-                     "no CPU ops", path);
+  expect_input_error([&] { make_kineto_importer()->import(path, {}); }, "traceEvents", "no CPU ops",
+                     path);
 }
 
 }  // namespace

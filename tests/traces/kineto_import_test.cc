@@ -22,7 +22,8 @@ using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
 const std::string kReal = std::string(SHARDPLAN_SHARED_DIR) + "/traces-real/";
-const std::string kFsdp2 = std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_two_layers_trace.json";
+const std::string kFsdp2 =
+    std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_two_layers_trace.json";
 
 ImportedTrace import(const std::string& path, ImportOptions options = {}) {
   return make_trace_importer("auto", path)->import(path, options);
@@ -79,9 +80,10 @@ TEST_P(ResnetDdpSteps, FiveAllReduceBucketsSumToResnet50) {
   for (const TimelineOp& op : t.timeline.ops) kinds.insert(op.kind);
   EXPECT_TRUE(kinds.count("forward") && kinds.count("backward") && kinds.count("optimizer_step"));
   // One optimizer step, though its Optimizer.step range runs on two threads.
-  EXPECT_EQ(std::count_if(t.trace.events.begin(), t.trace.events.end(),
-                          [](const StepEvent& e) { return e.kind == StepEventKind::optimizer_step; }),
-            1);
+  EXPECT_EQ(
+      std::count_if(t.trace.events.begin(), t.trace.events.end(),
+                    [](const StepEvent& e) { return e.kind == StepEventKind::optimizer_step; }),
+      1);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, ResnetDdpSteps, ::testing::Values("4", "5", "6"));
@@ -91,9 +93,9 @@ TEST(KinetoImport, ResnetModulesRecomputeAndBackwardOrder) {
   EXPECT_EQ(t.step, "ProfilerStep#17");  // the last by default
   // Below DistributedDataParallel_0 -> ResNet_0, where the model branches.
   EXPECT_THAT(t.trace.modules,
-              ElementsAre("Conv2d_0", "BatchNorm2d_0", "ReLU_0", "MaxPool2d_0", "CheckpointWrapper_0",
-                          "CheckpointWrapper_1", "CheckpointWrapper_2", "CheckpointWrapper_3",
-                          "AdaptiveAvgPool2d_0", "Linear_0"));
+              ElementsAre("Conv2d_0", "BatchNorm2d_0", "ReLU_0", "MaxPool2d_0",
+                          "CheckpointWrapper_0", "CheckpointWrapper_1", "CheckpointWrapper_2",
+                          "CheckpointWrapper_3", "AdaptiveAvgPool2d_0", "Linear_0"));
   // Exactly the four checkpointed stages are re-run inside backward.
   std::vector<std::string> checkpointed;
   for (std::size_t m = 0; m < t.trace.modules.size(); ++m)
@@ -114,8 +116,8 @@ TEST(KinetoImport, ResnetModulesRecomputeAndBackwardOrder) {
     const int64_t post = event_index(t, StepEventKind::post_backward, m);
     EXPECT_LT(pre, re) << m;
     EXPECT_LT(re, post) << m;
-    const auto index = std::find(t.trace.modules.begin(), t.trace.modules.end(), m) -
-                       t.trace.modules.begin();
+    const auto index =
+        std::find(t.trace.modules.begin(), t.trace.modules.end(), m) - t.trace.modules.begin();
     EXPECT_GT(t.module_times[static_cast<std::size_t>(index)].recompute_seconds, 0) << m;
   }
   // SOURCE.md: all-reduces of 2,873,320 and 8,816,192 bf16 elements (ResNet-18's
@@ -155,10 +157,9 @@ TEST(KinetoImport, DepthGoesOneLevelIntoTheModules) {
   // CheckpointWrapper_k -> the ResNet stage it wraps (a Sequential); leaves stay as they
   // are. The profiler numbers instances of a class in order of first call, so the
   // downsample Sequentials inside the first blocks of stages 2 and 3 take 2 and 4.
-  EXPECT_THAT(t.trace.modules,
-              ElementsAre("Conv2d_0", "BatchNorm2d_0", "ReLU_0", "MaxPool2d_0", "Sequential_0",
-                          "Sequential_1", "Sequential_3", "Sequential_5", "AdaptiveAvgPool2d_0",
-                          "Linear_0"));
+  EXPECT_THAT(t.trace.modules, ElementsAre("Conv2d_0", "BatchNorm2d_0", "ReLU_0", "MaxPool2d_0",
+                                           "Sequential_0", "Sequential_1", "Sequential_3",
+                                           "Sequential_5", "AdaptiveAvgPool2d_0", "Linear_0"));
   const ImportedTrace deeper = import(kReal + "resnet_act_checkpoint.json.gz", {.depth = 2});
   EXPECT_EQ(std::count_if(deeper.trace.modules.begin(), deeper.trace.modules.end(),
                           [](const std::string& m) { return m.rfind("BasicBlock_", 0) == 0; }),
@@ -234,12 +235,11 @@ TEST(KinetoImport, Fsdp2UnitsStepAndExposedCommunication) {
     order.push_back(std::string(step_event_kind_name(e.kind)) + " " +
                     (e.module >= 0 ? t.trace.modules[static_cast<std::size_t>(e.module)] : "-"));
   }
-  EXPECT_THAT(order,
-              ElementsAre("pre_forward ", "pre_forward layers.0", "post_forward layers.0",
-                          "pre_forward layers.1", "post_forward layers.1", "post_forward ",
-                          "pre_backward ", "pre_backward layers.1", "post_backward layers.1",
-                          "pre_backward layers.0", "post_backward layers.0", "post_backward ",
-                          "final_callback -", "optimizer_step -"));
+  EXPECT_THAT(order, ElementsAre("pre_forward ", "pre_forward layers.0", "post_forward layers.0",
+                                 "pre_forward layers.1", "post_forward layers.1", "post_forward ",
+                                 "pre_backward ", "pre_backward layers.1", "post_backward layers.1",
+                                 "pre_backward layers.0", "post_backward layers.0",
+                                 "post_backward ", "final_callback -", "optimizer_step -"));
   // The earlier step's kernel is left out: 15 GPU activities in step 3.
   EXPECT_EQ(t.timeline.ops.size(), 15u);
   // Memory: allocations at host times 1025, 1065, 1300 land where the compute stream
@@ -262,14 +262,14 @@ TEST(KinetoImport, Fsdp2GradientAccumulation) {
   EXPECT_THAT(t.trace.modules, ElementsAre("", "layers.0"));
   std::vector<std::string> order;
   for (const StepEvent& e : t.trace.events) {
-    order.push_back(fmt::format("{} {} {}", step_event_kind_name(e.kind), e.micro_batch,
-                                e.module >= 0 ? t.trace.modules[static_cast<std::size_t>(e.module)] : "-"));
+    order.push_back(
+        fmt::format("{} {} {}", step_event_kind_name(e.kind), e.micro_batch,
+                    e.module >= 0 ? t.trace.modules[static_cast<std::size_t>(e.module)] : "-"));
   }
-  const std::vector<std::string> pass = {"pre_forward {} ",         "pre_forward {} layers.0",
-                                         "post_forward {} layers.0", "post_forward {} ",
-                                         "pre_backward {} ",        "pre_backward {} layers.0",
-                                         "post_backward {} layers.0", "post_backward {} ",
-                                         "final_callback {} -"};
+  const std::vector<std::string> pass = {
+      "pre_forward {} ",           "pre_forward {} layers.0", "post_forward {} layers.0",
+      "post_forward {} ",          "pre_backward {} ",        "pre_backward {} layers.0",
+      "post_backward {} layers.0", "post_backward {} ",       "final_callback {} -"};
   std::vector<std::string> expected;
   for (int mb : {0, 1})
     for (const std::string& p : pass) expected.push_back(fmt::format(fmt::runtime(p), mb));
@@ -293,8 +293,9 @@ TEST(KinetoImport, StreamsFollowTheCollectiveKind) {
 }
 
 TEST(KinetoImport, UnknownStepListsTheSteps) {
-  expect_input_error([] { import(kFsdp2, {.step = "9"}); }, "--step",
-                     "no step 'ProfilerStep#9' in the trace (it has ProfilerStep#2, ProfilerStep#3)");
+  expect_input_error(
+      [] { import(kFsdp2, {.step = "9"}); }, "--step",
+      "no step 'ProfilerStep#9' in the trace (it has ProfilerStep#2, ProfilerStep#3)");
 }
 
 TEST(KinetoImport, TraceWithoutGpuEventsIsAnError) {
@@ -308,7 +309,8 @@ TEST(KinetoImport, ModelFileIsNotATrace) {
   const std::string path =
       write_temp_file("model.json", R"({"name": "m", "family": "explicit", "root": {}})");
   expect_input_error([&] { make_trace_importer("auto", path); }, "", "pass it as --model", path);
-  expect_input_error([&] { make_trace_importer("nsys", path); }, "--format", "unknown trace format");
+  expect_input_error([&] { make_trace_importer("nsys", path); }, "--format",
+                     "unknown trace format");
   const std::string empty = write_temp_file("empty.json", "\n ");
   expect_input_error([&] { make_trace_importer("auto", empty); }, "", "the file is empty", empty);
 }

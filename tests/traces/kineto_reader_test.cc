@@ -86,8 +86,10 @@ TEST(KinetoReader, JsonWithoutTraceEventsIsAnError) {
   const std::string path = write_temp_file("noevents.json", R"({"name": "llama", "layers": 3})");
   expect_input_error([&] { read_kineto_trace(path); }, "traceEvents", "not a Chrome trace", path);
   const std::string array = write_temp_file("array.json", "[1, 2]");
-  expect_input_error([&] { read_kineto_trace(array); }, "", "top level is not a JSON object", array);
-  const std::string events = write_temp_file("events_object.json", R"({"traceEvents": {"ph": "X"}})");
+  expect_input_error([&] { read_kineto_trace(array); }, "", "top level is not a JSON object",
+                     array);
+  const std::string events =
+      write_temp_file("events_object.json", R"({"traceEvents": {"ph": "X"}})");
   expect_input_error([&] { read_kineto_trace(events); }, "", "\"traceEvents\" is not an array",
                      events);
 }
