@@ -159,6 +159,25 @@ extern "C" int shardplan_cuda_begin_step(void* context, ShardplanCudaError* erro
   return 0;
 }
 
+namespace {
+
+// One NCCL collective of the op; false (and `error` set) when NCCL fails.
+bool collective(const ShardplanCudaOp* op, ncclComm_t comm, cudaStream_t stream,
+                ShardplanCudaError* error) {
+  if (op->count <= 0) return true;
+  const ncclDataType_t type = op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);
+  const auto count = static_cast<std::size_t>(op->count);
+  if (op->kind == kCudaAllGather) {
+    return !FAILED(ncclAllGather(op->input, op->output, count, type, comm, stream));
+  }
+  if (op->kind == kCudaReduceScatter) {
+    return !FAILED(ncclReduceScatter(op->input, op->output, count, type, ncclSum, comm, stream));
+  }
+  return !FAILED(ncclAllReduce(op->input, op->output, count, type, ncclSum, comm, stream));
+}
+
+}  // namespace
+
 extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
                                   ShardplanCudaError* error) {
   auto* c = static_cast<Context*>(context);
@@ -235,18 +254,14 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
         return 1;
       }
       ncclComm_t comm = c->comms[static_cast<std::size_t>(op->group)];
-      if (comm == nullptr || op->count <= 0) break;  // one rank: nothing to move
-      const ncclDataType_t type =
-          op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);
-      const auto count = static_cast<std::size_t>(op->count);
-      if (op->kind == kCudaAllGather) {
-        if (FAILED(ncclAllGather(op->input, op->output, count, type, comm, stream))) return 1;
-      } else if (op->kind == kCudaReduceScatter) {
-        if (FAILED(ncclReduceScatter(op->input, op->output, count, type, ncclSum, comm, stream)))
-          return 1;
-      } else if (FAILED(ncclAllReduce(op->input, op->output, count, type, ncclSum, comm, stream))) {
-        return 1;
-      }
+      if (comm == nullptr) break;  // one rank: nothing to move
+      // The parts of one op (one per parameter group, or bucket) form one NCCL group, one
+      // launch, as Megatron-FSDP's _coalescing_manager issues a unit's buckets; the
+      // simulator charges the op one collective's latency for the same reason.
+      const bool coalesced = op->parts > 1;
+      if (coalesced && op->part == 0 && FAILED(ncclGroupStart())) return 1;
+      if (!collective(op, comm, stream, error)) return 1;
+      if (coalesced && op->part == op->parts - 1 && FAILED(ncclGroupEnd())) return 1;
       break;
     }
     default:

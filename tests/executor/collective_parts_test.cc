@@ -4,6 +4,7 @@
 #include "executor/replay.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
+#include "simulator/compute_model.h"
 
 namespace shardplan {
 namespace {
@@ -13,10 +14,14 @@ struct Placed {
   std::vector<std::vector<std::byte>> memory;
   std::vector<BufferSpan> spans;
 
-  explicit Placed(const std::string& strategy) {
+  ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+
+  explicit Placed(const std::string& strategy,
+                  const nlohmann::json& extra = nlohmann::json::object()) {
     const ModelSpec model = load_model("tiny");
-    const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
-    FsdpConfig c = fsdp_config_from_json({{"sharding_strategy", strategy}}, "test");
+    nlohmann::json j = extra;
+    j["sharding_strategy"] = strategy;
+    FsdpConfig c = fsdp_config_from_json(j, "test");
     plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "test"));
     memory.resize(plan.buffers.size());
     for (const PlanBuffer& b : plan.buffers) {
@@ -74,6 +79,37 @@ TEST(CollectiveParts, Zero1ReducesAndGathersInPlace) {
     ++checked;
   }
   EXPECT_GT(checked, 4);
+}
+
+// bucket_bytes splits a unit's parameters into several groups. Megatron-FSDP gathers and
+// reduces a unit's buckets as one coalesced NCCL call (_coalescing_manager): the executor
+// issues one part per group (the CUDA plugin inside one ncclGroupStart/End), and the
+// simulator charges the op the time of one collective of all its bytes.
+TEST(CollectiveParts, BucketsAreThePartsOfOneCoalescedCollective) {
+  const Placed p("optim_grads_params", {{"bucket_bytes", 20000}});
+  int split = 0;
+  for (const PlanOp& op : p.plan.ops) {
+    if (op.kind != OpKind::all_gather && op.kind != OpKind::reduce_scatter) continue;
+    const std::vector<CollectivePart> parts = p.parts(op);
+    std::size_t groups = 0;
+    for (int64_t g : p.plan.units[static_cast<std::size_t>(op.unit)].groups) {
+      const ParamGroup& group = p.plan.groups[static_cast<std::size_t>(g)];
+      if (op.kind == OpKind::all_gather || group.requires_grad) ++groups;
+    }
+    EXPECT_EQ(parts.size(), groups) << op.name;  // one part per bucket
+    double part_bytes = 0;  // as nccl-tests counts it: gathered output, reduced input
+    for (const CollectivePart& part : parts)
+      part_bytes +=
+          static_cast<double>(op.kind == OpKind::all_gather ? part.output_bytes : part.input_bytes);
+    EXPECT_DOUBLE_EQ(part_bytes, op.bytes) << op.name;
+    const CollectiveEstimate one = estimate_collective(
+        p.cluster,
+        op.kind == OpKind::all_gather ? Collective::all_gather : Collective::reduce_scatter,
+        op.bytes, group_layout(p.plan, p.plan.process_groups[static_cast<std::size_t>(op.group)]));
+    EXPECT_DOUBLE_EQ(op_cost(p.plan, op, p.cluster).seconds, one.seconds) << op.name;
+    if (parts.size() > 1) ++split;
+  }
+  EXPECT_GT(split, 2) << "bucket_bytes should split some units into several groups";
 }
 
 }  // namespace
