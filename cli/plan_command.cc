@@ -56,12 +56,11 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
   };
   if (m.double_buffers > 0)
     rows.push_back({"double buffers", format_bytes(m.double_buffers), "persistent"});
-  rows.push_back({"unsharded weights", format_bytes(m.unsharded_weights_peak), "transient, peak"});
-  rows.push_back({"unsharded grads", format_bytes(m.unsharded_grads_peak), "transient, peak"});
-  rows.push_back({"activations", format_bytes(m.activations_peak), "transient, peak"});
-  if (m.fp8_transpose_cache_peak > 0) {
-    rows.push_back(
-        {"fp8 transpose cache", format_bytes(m.fp8_transpose_cache_peak), "transient, peak"});
+  rows.push_back({"unsharded weights", format_bytes(m.unsharded_weights), "transient, peak"});
+  rows.push_back({"unsharded grads", format_bytes(m.unsharded_grads), "transient, peak"});
+  rows.push_back({"activations", format_bytes(m.activations), "transient, peak"});
+  if (m.fp8_transpose_cache > 0) {
+    rows.push_back({"fp8 transpose cache", format_bytes(m.fp8_transpose_cache), "transient, peak"});
   }
   const double gap =
       m.pool_lower_bound_bytes > 0 ? 100.0 * (m.pool_bytes / m.pool_lower_bound_bytes - 1.0) : 0.0;

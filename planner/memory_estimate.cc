@@ -122,27 +122,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
   if (c.recompute == Recompute::full) e.activations += largest_recompute;
 
   e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
-  const std::vector<std::pair<const char*, double>> terms = {
-      {"model weights", e.model_weights},
-      {"main weights", e.main_weights},
-      {"main grads", e.main_grads},
-      {"optimizer states", e.optimizer_states},
-      {"double buffers", e.double_buffers},
-      {"unsharded weights", e.unsharded_weights},
-      {"unsharded grads", e.unsharded_grads},
-      {"activations", e.activations},
-      {"non-tensor", e.non_tensor}};
-  double largest_term = -1;
-  for (const auto& [name, bytes] : terms) {
-    e.total += bytes;
-    if (bytes > largest_term) {
-      largest_term = bytes;
-      e.largest_term = name;
-    }
-  }
-  e.capacity = static_cast<double>(cluster.gpu.hbm_bytes);
-  e.headroom = e.capacity - e.total;
-  e.fits = e.headroom >= 0;
+  settle_memory_totals(e, std::nullopt, static_cast<double>(cluster.gpu.hbm_bytes));
   return e;
 }
 

@@ -47,42 +47,20 @@ PlanMemory plan_memory(const Plan& plan) {
         break;
     }
   }
-  m.unsharded_weights_peak = transient_peak(
+  m.unsharded_weights = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_weight; });
-  m.unsharded_grads_peak = transient_peak(
+  m.unsharded_grads = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
-  m.activations_peak = transient_peak(plan, [](const PlanBuffer& b) {
+  m.activations = transient_peak(plan, [](const PlanBuffer& b) {
     return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations;
   });
-  m.fp8_transpose_cache_peak = transient_peak(
+  m.fp8_transpose_cache = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
   m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
   m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
   m.non_tensor = static_cast<double>(plan.non_tensor_bytes);
   m.transient = plan.config.allocator == Allocator::pool ? m.pool_bytes : m.pool_lower_bound_bytes;
-  m.total = m.model_weights + m.main_weights + m.main_grads + m.optimizer_states +
-            m.double_buffers + m.transient + m.non_tensor;
-  m.capacity = static_cast<double>(plan.capacity_bytes);
-  m.headroom = m.capacity - m.total;
-  m.fits = m.headroom >= 0;
-  const std::vector<std::pair<const char*, double>> terms = {
-      {"model weights", m.model_weights},
-      {"main weights", m.main_weights},
-      {"main grads", m.main_grads},
-      {"optimizer states", m.optimizer_states},
-      {"double buffers", m.double_buffers},
-      {"unsharded weights", m.unsharded_weights_peak},
-      {"unsharded grads", m.unsharded_grads_peak},
-      {"activations", m.activations_peak},
-      {"fp8 transpose cache", m.fp8_transpose_cache_peak},
-      {"non-tensor", m.non_tensor}};
-  double largest = -1;
-  for (const auto& [name, bytes] : terms) {
-    if (bytes > largest) {
-      largest = bytes;
-      m.largest_term = name;
-    }
-  }
+  settle_memory_totals(m, m.transient, static_cast<double>(plan.capacity_bytes));
   return m;
 }
 
@@ -92,10 +70,10 @@ nlohmann::json plan_memory_to_json(const PlanMemory& m) {
           {"main_grads_bytes", m.main_grads},
           {"optimizer_states_bytes", m.optimizer_states},
           {"double_buffers_bytes", m.double_buffers},
-          {"unsharded_weights_peak_bytes", m.unsharded_weights_peak},
-          {"unsharded_grads_peak_bytes", m.unsharded_grads_peak},
-          {"activations_peak_bytes", m.activations_peak},
-          {"fp8_transpose_cache_peak_bytes", m.fp8_transpose_cache_peak},
+          {"unsharded_weights_peak_bytes", m.unsharded_weights},
+          {"unsharded_grads_peak_bytes", m.unsharded_grads},
+          {"activations_peak_bytes", m.activations},
+          {"fp8_transpose_cache_peak_bytes", m.fp8_transpose_cache},
           {"pool_bytes", m.pool_bytes},
           {"pool_lower_bound_bytes", m.pool_lower_bound_bytes},
           {"non_tensor_bytes", m.non_tensor},

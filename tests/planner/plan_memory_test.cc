@@ -99,8 +99,8 @@ TEST(PlanMemory, PoolIsAtLeastItsLowerBoundAndTotalAddsUp) {
                                   m.double_buffers + m.transient + m.non_tensor);
     EXPECT_EQ(m.fits, m.headroom >= 0);
     // Each role's peak is at most the peak of everything.
-    EXPECT_LE(m.activations_peak, m.pool_lower_bound_bytes);
-    EXPECT_LE(m.unsharded_weights_peak + m.unsharded_grads_peak, m.pool_lower_bound_bytes + 1);
+    EXPECT_LE(m.activations, m.pool_lower_bound_bytes);
+    EXPECT_LE(m.unsharded_weights + m.unsharded_grads, m.pool_lower_bound_bytes + 1);
   }
 }
 
@@ -108,8 +108,8 @@ TEST(PlanMemory, MatchesTheClosedFormEstimateOfTransientPeaks) {
   // Root unit gathered throughout, plus 1 + prefetch layers; root grads plus two drained.
   const PlanMemory m = plan_memory(llama8b_plan({}));
   const auto expected = static_cast<double>(2 * (padded(kRoot, 8) + 2 * padded(kLayer, 8)));
-  EXPECT_DOUBLE_EQ(m.unsharded_weights_peak, expected);
-  EXPECT_DOUBLE_EQ(m.unsharded_grads_peak, expected);
+  EXPECT_DOUBLE_EQ(m.unsharded_weights, expected);
+  EXPECT_DOUBLE_EQ(m.unsharded_grads, expected);
 }
 
 // Megatron-FSDP's memory test: with separate streams, prefetch 1 and the drain at 2, the
