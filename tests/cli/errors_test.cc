@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/run_command.h"
+#include "tests/shared_data.h"
 
 namespace shardplan::testing {
 namespace {
@@ -514,6 +515,9 @@ class BadFlagTest : public ::testing::TestWithParam<BadFlagCase> {};
 
 TEST_P(BadFlagTest, ExitsNonZeroNamingTheFlag) {
   const BadFlagCase& c = GetParam();
+  for (const std::string& a : c.args) {
+    if (a.starts_with(SHARDPLAN_SHARED_DIR)) SHARDPLAN_SKIP_WITHOUT_SHARED();
+  }
   const CommandResult r = run_shardplan(c.args);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_GT(r.exit_code, 1) << "CLI11's codes, not shardplan's bad-input 1: " << r.err;

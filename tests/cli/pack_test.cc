@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tests/run_command.h"
+#include "tests/shared_data.h"
 
 namespace shardplan::testing {
 namespace {
@@ -24,6 +25,7 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(PackCommand, ReadmeExampleEveryAlgorithm) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   for (const char* algorithm : {"slots", "best-fit", "exact", "auto"}) {
     const CommandResult r = run_shardplan(
         {"pack", "--input", kExample, "--alignment", "1", "--algorithm", algorithm, "--json"});
@@ -41,6 +43,7 @@ TEST(PackCommand, ReadmeExampleEveryAlgorithm) {
 }
 
 TEST(PackCommand, WritesOffsetsThatMatchTheHeight) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const std::string out = write_temp_file("packed.csv", "");
   const CommandResult r =
       run_shardplan({"pack", "--input", kExample, "--alignment", "1", "-o", out, "--json"});
@@ -54,6 +57,7 @@ TEST(PackCommand, WritesOffsetsThatMatchTheHeight) {
 }
 
 TEST(PackCommand, InfeasibleCapacityIsAResultNotAnError) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const std::string out = write_temp_file("never.csv", "");
   std::filesystem::remove(out);
   const CommandResult r = run_shardplan(
@@ -98,6 +102,7 @@ TEST(PackCommand, RefusesAnInconsistentPlan) {
 }
 
 TEST(PackCommand, RejectsANonPositiveTimeLimit) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const CommandResult r = run_shardplan({"pack", "--input", kExample, "--time-limit", "0"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("--time-limit: must be positive"));

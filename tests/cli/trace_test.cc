@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "tests/run_command.h"
+#include "tests/shared_data.h"
 
 namespace shardplan::testing {
 namespace {
@@ -21,6 +22,7 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 TEST(TraceImportCommand, WritesTheStepAndTheMeasuredTimeline) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const std::string step = write_temp_file("resnet_step.json", "");
   const std::string timeline = write_temp_file("resnet_timeline.json", "");
   const CommandResult r = run_shardplan({"trace", "import", kReal + "resnet_act_checkpoint.json.gz",
@@ -45,6 +47,7 @@ TEST(TraceImportCommand, WritesTheStepAndTheMeasuredTimeline) {
 }
 
 TEST(TraceImportCommand, JsonOutput) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const CommandResult r = run_shardplan({"trace", "import", kReal + "nccl_data.json.gz", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = stdout_json(r);
@@ -99,6 +102,7 @@ TEST(TraceImportCommand, NotJson) {
 }
 
 TEST(TraceImportCommand, TruncatedGzip) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   std::ifstream in(kReal + "resnet_act_checkpoint.json.gz", std::ios::binary);
   const std::string whole{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   expect_import_fails(write_temp_file("cut.json.gz", whole.substr(0, whole.size() / 3)),
@@ -112,6 +116,7 @@ TEST(TraceImportCommand, NoGpuEvents) {
 }
 
 TEST(TraceImportCommand, MissingFileAndBadFlags) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const CommandResult missing = run_shardplan({"trace", "import", "/nonexistent/trace.json"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent/trace.json"));

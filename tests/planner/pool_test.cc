@@ -13,6 +13,7 @@
 #include "models/error.h"
 #include "planner/pool_csv.h"
 #include "tests/expect_input_error.h"
+#include "tests/shared_data.h"
 
 namespace shardplan {
 namespace {
@@ -81,6 +82,7 @@ TEST(Pool, ExactMatchesBruteForceOnSmallInstances) {
 }
 
 TEST(Pool, MiniMallocReadmeExample) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) +
                                         "/benchmarks/minimalloc/examples/input.12.csv");
   ASSERT_EQ(table.requests.size(), 5u);
@@ -92,6 +94,7 @@ TEST(Pool, MiniMallocReadmeExample) {
 }
 
 TEST(Pool, ChallengingInstancesReachTheirOptimum) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   // MiniMalloc's challenging suite: these reach their lower bound (SOURCE.md) in well
   // under a second here.
   for (const char* name : {"C", "G", "K"}) {
@@ -162,6 +165,7 @@ TEST(Pool, CapacityThatCannotBeMetIsAnOutcome) {
 }
 
 TEST(Pool, TimeLimitReturnsTheBestFoundUnproven) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const PoolTable table = read_pool_csv(std::string(SHARDPLAN_SHARED_DIR) +
                                         "/benchmarks/minimalloc/challenging/D.1048576.csv");
   const PoolAssignment greedy = pack("best-fit", table.requests);
@@ -180,6 +184,7 @@ TEST(Pool, TimeLimitReturnsTheBestFoundUnproven) {
 }
 
 TEST(Pool, TimeLimitHoldsOnALargeRealTrace) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   // PanGu 2.6B: 18 692 buffers, some live over the whole step. A single search node once
   // cost seconds here (the floor refinement walked every section of every moved buffer)
   // and a 2 s limit ran for 80 s. The bound below is loose so a slow machine passes.
@@ -197,6 +202,7 @@ TEST(Pool, TimeLimitHoldsOnALargeRealTrace) {
 }
 
 TEST(Pool, BestFitByBreadthPacksRealTracesNearTheirBound) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   // Greedy by size alone is 3.34 % over the bound on PanGu 2.6B (SOURCE.md); taking the
   // buffers of the fullest times first gets within 1 %. TinyBERT reaches the bound but
   // for alignment padding.
@@ -248,6 +254,7 @@ TEST(Pool, AlignmentRaisesTheLowerBound) {
 }
 
 TEST(Pool, AutoReachesTheBoundOnPanGu) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
 #ifdef SHARDPLAN_SANITIZED
   GTEST_SKIP() << "quality within a time limit: the sanitizers slow the search several-fold";
 #endif

@@ -11,6 +11,7 @@
 
 #include "tests/expect_input_error.h"
 #include "tests/run_command.h"
+#include "tests/shared_data.h"
 #include "traces/kineto_reader.h"
 #include "traces/trace_import.h"
 
@@ -59,6 +60,7 @@ class ResnetDdpSteps : public ::testing::TestWithParam<std::string> {};
 // SOURCE.md: each step of the DDP ResNet-50 trace all-reduces five buckets that sum to
 // ResNet-50's 25,557,032 parameters, in fp32 over 2 ranks.
 TEST_P(ResnetDdpSteps, FiveAllReduceBucketsSumToResnet50) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const ImportedTrace t = import(kReal + "nccl_data.json.gz", {.step = GetParam()});
   EXPECT_EQ(t.step, "ProfilerStep#" + GetParam());
   EXPECT_THAT(t.steps, ElementsAre("ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"));
@@ -89,6 +91,7 @@ TEST_P(ResnetDdpSteps, FiveAllReduceBucketsSumToResnet50) {
 INSTANTIATE_TEST_SUITE_P(EveryStep, ResnetDdpSteps, ::testing::Values("4", "5", "6"));
 
 TEST(KinetoImport, ResnetModulesRecomputeAndBackwardOrder) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const ImportedTrace t = import(kReal + "resnet_act_checkpoint.json.gz");
   EXPECT_EQ(t.step, "ProfilerStep#17");  // the last by default
   // Below DistributedDataParallel_0 -> ResNet_0, where the model branches.
@@ -132,6 +135,7 @@ TEST(KinetoImport, ResnetModulesRecomputeAndBackwardOrder) {
 }
 
 TEST(KinetoImport, EveryComputeKernelTimeIsAccountedOnce) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const ImportedTrace t = import(kReal + "resnet_act_checkpoint.json.gz");
   std::map<std::string, double> by_kind;
   for (const TimelineOp& op : t.timeline.ops)
@@ -153,6 +157,7 @@ TEST(KinetoImport, EveryComputeKernelTimeIsAccountedOnce) {
 }
 
 TEST(KinetoImport, DepthGoesOneLevelIntoTheModules) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const ImportedTrace t = import(kReal + "resnet_act_checkpoint.json.gz", {.depth = 1});
   // CheckpointWrapper_k -> the ResNet stage it wraps (a Sequential); leaves stay as they
   // are. The profiler numbers instances of a class in order of first call, so the
@@ -167,6 +172,7 @@ TEST(KinetoImport, DepthGoesOneLevelIntoTheModules) {
 }
 
 TEST(KinetoImport, DhenMemoryCurveAndUnsizedCollectives) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const std::string path = kReal + "df_index_resolver.json.gz";
   const ImportedTrace t = import(path);
   // SOURCE.md: about 404 all-reduces per step, with no size args anywhere.

@@ -9,6 +9,7 @@
 
 #include "tests/expect_input_error.h"
 #include "tests/run_command.h"
+#include "tests/shared_data.h"
 
 namespace shardplan::testing {
 namespace {
@@ -21,6 +22,7 @@ std::string read_bytes(const std::string& path) {
 }
 
 TEST(KinetoReader, ReadsTheDhenTraceMemoryEvents) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   // SOURCE.md: 28,010 [memory] instant events, 14,005 allocations and 14,005 frees.
   const KinetoTrace trace = read_kineto_trace(kReal + "df_index_resolver.json.gz");
   int64_t memory = 0, allocations = 0, frees = 0;
@@ -37,6 +39,7 @@ TEST(KinetoReader, ReadsTheDhenTraceMemoryEvents) {
 }
 
 TEST(KinetoReader, KeepsKernelsAndCollectiveArgs) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   // SOURCE.md: 2,700 GPU kernels, 21 of them NCCL (15 all-reduce, 6 broadcast).
   const KinetoTrace trace = read_kineto_trace(kReal + "nccl_data.json.gz");
   int64_t kernels = 0, allreduce = 0, broadcast = 0;
@@ -66,6 +69,7 @@ TEST(KinetoReader, ReadsPlainJsonAsWellAsGzip) {
 }
 
 TEST(KinetoReader, TruncatedGzipIsAnError) {
+  SHARDPLAN_SKIP_WITHOUT_SHARED();
   const std::string whole = read_bytes(kReal + "nccl_data.json.gz");
   const std::string path = write_temp_file("cut.json.gz", whole.substr(0, whole.size() / 2));
   expect_input_error([&] { read_kineto_trace(path); }, "", "truncated or corrupt gzip", path);
