@@ -32,7 +32,8 @@ struct DescribeParams {
 
 struct PlanParams {
   JobParams job;
-  std::string output;  // plan.json path; empty = do not write
+  std::string output;      // plan.json path; empty = do not write
+  std::string step_trace;  // follow this step (trace import -o); empty = the model's order
   bool json = false;
 };
 

@@ -6,6 +6,7 @@
 #include "cli/job.h"
 #include "cli/options.h"
 #include "models/atomic_file.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
@@ -86,7 +87,12 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
 
 int run_plan(const PlanParams& p, std::ostream& out) {
   const Job job = load_job(p.job);
-  const Plan plan = build_plan(job.model, job.cluster, job.config);
+  const Plan plan =
+      p.step_trace.empty()
+          ? build_plan(job.model, job.cluster, job.config)
+          : build_plan(job.model, job.cluster, job.config,
+                       step_trace_from_json(read_json_file(p.step_trace), p.step_trace),
+                       p.step_trace);
   if (const auto error = validate_plan(plan)) {
     throw std::logic_error("the planner built an invalid plan (" +
                            std::string(plan_error_kind_name(error->kind)) + "): " + error->message);
@@ -109,6 +115,10 @@ Command add_plan_command(CLI::App& app) {
       app.add_subcommand("plan", "FSDP units, buffers, op schedule and pooled memory per GPU");
   add_job_options(*plan, p.job);
   plan->add_option("-o,--output", p.output, "write plan.json here");
+  plan->add_option("--step-trace", p.step_trace,
+                   "follow this step's module order and recompute placement (trace import -o, "
+                   "or a captured step)")
+      ->check(CLI::ExistingFile);
   plan->add_flag("--json", p.json, "machine-readable summary");
 
   return {plan, [params] { return run_plan(*params, std::cout); }};

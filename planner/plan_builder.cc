@@ -169,6 +169,11 @@ StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& c) {
 
 Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& c,
                 const OffsetAssigner* assigner) {
+  return build_plan(model, cluster, c, plan_step_trace(model, c), "step trace", assigner);
+}
+
+Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& c,
+                const StepTrace& trace, const std::string& label, const OffsetAssigner* assigner) {
   Plan plan;
   plan.model = model.name;
   plan.cluster = cluster.name;
@@ -184,7 +189,7 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
   const BatchShape shape{.micro_batch = c.micro_batch,
                          .seq_len = c.seq_len,
                          .activation_bytes = dtype_bytes(c.param_dtype)};
-  plan.segments = build_segments(traced_modules(model, units), shape, c.recompute);
+  plan.segments = build_segments(traced_modules(model, units, trace, c, label), shape, c.recompute);
   check_activation_bytes(plan.segments, shape);
   plan.model_flops = model_training_flops(model.root, shape) * static_cast<double>(c.grad_accum);
   plan.tokens_per_gpu = shape.tokens() * c.grad_accum;

@@ -1,7 +1,12 @@
 #include "planner/segments.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
+
+#include "models/error.h"
 
 namespace shardplan {
 namespace {
@@ -17,7 +22,7 @@ bool contains_unit(const Module& m, const std::unordered_map<const Module*, int6
 void collect(const Module& m, const std::unordered_map<const Module*, int64_t>& unit_of,
              std::vector<TracedModule>& out) {
   if (auto found = unit_of.find(&m); found != unit_of.end()) {
-    out.push_back({&m, found->second});
+    out.push_back({&m, found->second, false, true});
     return;
   }
   if (!m.name.empty() && !contains_unit(m, unit_of)) {
@@ -52,6 +57,76 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model,
   return out;
 }
 
+std::vector<TracedModule> traced_modules(const ModelSpec& model, const std::vector<FsdpUnit>& units,
+                                         const StepTrace& trace, const FsdpConfig& config,
+                                         const std::string& label) {
+  if (trace.grad_accum != config.grad_accum) {
+    throw InputError(label, "/grad_accum",
+                     fmt::format("the step trace runs {} micro-batches, the config's grad_accum "
+                                 "is {}",
+                                 trace.grad_accum, config.grad_accum));
+  }
+  const bool any_checkpointed = std::find(trace.checkpointed.begin(), trace.checkpointed.end(),
+                                          true) != trace.checkpointed.end();
+  if (config.recompute == Recompute::full && !any_checkpointed) {
+    throw InputError(label, "/checkpointed",
+                     "the config asks for full recompute but no module of the step trace re-runs "
+                     "in backward; set recompute to none or selective, or trace a step that "
+                     "recomputes");
+  }
+  const std::vector<TracedModule> derived = traced_modules(model, units);
+  std::unordered_map<std::string, std::size_t> position;  // derived entry by name
+  for (std::size_t i = 0; i < derived.size(); ++i) position[derived[i].module->name] = i;
+  std::unordered_map<std::string, std::size_t> unit_of;  // unit by name ("" the root)
+  for (std::size_t u = 0; u < units.size(); ++u) unit_of[units[u].name] = u;
+
+  auto all_in = [&](const auto& names) {
+    return std::all_of(trace.modules.begin(), trace.modules.end(),
+                       [&](const std::string& m) { return names.contains(m); });
+  };
+  std::vector<TracedModule> out;
+  if (trace.modules.size() == derived.size() && all_in(position)) {
+    for (std::size_t i = 0; i < trace.modules.size(); ++i) {
+      TracedModule t = derived[position[trace.modules[i]]];
+      t.checkpointed = t.unit != 0 && trace.checkpointed[i];
+      out.push_back(t);
+    }
+    return out;
+  }
+  if (trace.modules.size() == units.size() && all_in(unit_of)) {
+    // The layer units in the trace's order fill the places the model's order gives them.
+    std::vector<std::size_t> layer_order;
+    std::vector<bool> layer_checkpointed(units.size(), false);
+    for (std::size_t i = 0; i < trace.modules.size(); ++i) {
+      const std::size_t u = unit_of[trace.modules[i]];
+      layer_checkpointed[u] = trace.checkpointed[i];
+      if (u != 0) layer_order.push_back(u);
+    }
+    std::size_t next = 0;
+    for (TracedModule t : derived) {
+      if (t.unit != 0) {
+        const std::size_t u = layer_order[next++];
+        t = TracedModule{.module = units[u].module, .unit = static_cast<int64_t>(u)};
+        t.checkpointed = layer_checkpointed[u];
+      }
+      out.push_back(t);
+    }
+    return out;
+  }
+  std::string unknown;
+  for (const std::string& m : trace.modules) {
+    if (!position.contains(m) && !unit_of.contains(m)) {
+      unknown = m;
+      break;
+    }
+  }
+  throw InputError(label, "/modules",
+                   fmt::format("the step trace's {} modules match neither {}'s {} traced modules "
+                               "nor its {} FSDP units{}",
+                               trace.modules.size(), model.name, derived.size(), units.size(),
+                               unknown.empty() ? "" : fmt::format(" ('{}' is neither)", unknown)));
+}
+
 std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
                                         const BatchShape& shape, Recompute recompute) {
   std::vector<PlanSegment> segments;
@@ -68,9 +143,10 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     const bool root = t.unit == 0;
     if (segments.empty() || !root || segments.back().unit != 0) {
       segments.push_back(PlanSegment{
-          .id = static_cast<int64_t>(segments.size()), .unit = t.unit, .checkpointed = !root});
+          .id = static_cast<int64_t>(segments.size()), .unit = t.unit, .checkpointed = false});
     }
     PlanSegment& s = segments.back();
+    s.checkpointed = s.checkpointed || (!root && t.checkpointed);
     s.label += (s.label.empty() ? "" : "+") + (t.module->name.empty() ? "<root>" : t.module->name);
     s.modules.push_back(t.module->name);
     s.forward_flops += forward_flops(*t.module, shape);
@@ -91,8 +167,10 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);
     const double none = saved_activation_bytes(*t.module, shape, Recompute::none);
     s.full_activation_bytes += none;
-    // The root's modules are never checkpointed; selective applies everywhere.
-    const Recompute mode = root && recompute == Recompute::full ? Recompute::none : recompute;
+    // Modules that are not checkpointed keep their activations under full recompute;
+    // selective applies everywhere.
+    const Recompute mode =
+        !s.checkpointed && recompute == Recompute::full ? Recompute::none : recompute;
     s.activation_bytes += saved_activation_bytes(*t.module, shape, mode);
   }
   return segments;

@@ -2,21 +2,31 @@
 
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "models/error.h"
+#include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/name_table.h"
+#include "models/suggest.h"
 
 namespace shardplan {
 
+namespace {
+
+constexpr NameTable<StepEventKind, 7> kEventKinds = {
+    {{StepEventKind::pre_forward, "pre_forward"},
+     {StepEventKind::post_forward, "post_forward"},
+     {StepEventKind::pre_backward, "pre_backward"},
+     {StepEventKind::recompute_forward, "recompute_forward"},
+     {StepEventKind::post_backward, "post_backward"},
+     {StepEventKind::final_callback, "final_callback"},
+     {StepEventKind::optimizer_step, "optimizer_step"}}};
+
+}  // namespace
+
 std::string_view step_event_kind_name(StepEventKind kind) {
-  static constexpr NameTable<StepEventKind, 7> kNames = {
-      {{StepEventKind::pre_forward, "pre_forward"},
-       {StepEventKind::post_forward, "post_forward"},
-       {StepEventKind::pre_backward, "pre_backward"},
-       {StepEventKind::recompute_forward, "recompute_forward"},
-       {StepEventKind::post_backward, "post_backward"},
-       {StepEventKind::final_callback, "final_callback"},
-       {StepEventKind::optimizer_step, "optimizer_step"}}};
-  return name_of(kNames, kind);
+  return name_of(kEventKinds, kind);
 }
 
 StepTrace generate_step_trace(const ModelSpec& model, std::vector<std::string> modules,
@@ -67,6 +77,70 @@ nlohmann::json step_trace_to_json(const StepTrace& trace) {
           {"grad_accum", trace.grad_accum},
           {"recompute", recompute_name(trace.recompute)},
           {"events", std::move(events)}};
+}
+
+StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& label) {
+  const JsonReader r(json, label);
+  // A trace import's file carries what it measured beside the step; only the step is read.
+  r.expect_only({"modules", "checkpointed", "grad_accum", "recompute", "events", "version",
+                 "source", "module_times", "collectives", "measured", "warnings"});
+  StepTrace trace;
+  trace.modules = r.strings("modules");
+  if (trace.modules.empty()) r.fail("modules", "a step traces at least one module");
+  const nlohmann::json& flags = r.value("checkpointed");
+  if (!flags.is_array() || flags.size() != trace.modules.size()) {
+    r.fail("checkpointed", "expected one true/false per module");
+  }
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (!flags[i].is_boolean()) r.fail(fmt::format("checkpointed/{}", i), "expected true or false");
+    trace.checkpointed.push_back(flags[i].get<bool>());
+  }
+  trace.grad_accum = r.integer_in("grad_accum", 1, limits::kMaxGradAccum);
+  trace.recompute = parse_recompute(r.string("recompute"), r.file(), r.path_of("recompute"));
+  std::unordered_map<std::string, int64_t> index;
+  for (std::size_t m = 0; m < trace.modules.size(); ++m) {
+    if (!index.emplace(trace.modules[m], static_cast<int64_t>(m)).second) {
+      r.fail(fmt::format("modules/{}", m), fmt::format("'{}' is listed twice", trace.modules[m]));
+    }
+  }
+  // Forward and backward of every module once per micro-batch.
+  std::vector<int64_t> forwards(trace.modules.size() * static_cast<std::size_t>(trace.grad_accum));
+  std::vector<int64_t> backwards(forwards.size());
+  const std::vector<JsonReader> events = r.objects("events");
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const JsonReader& e = events[i];
+    e.expect_only({"kind", "micro_batch", "module", "time_seconds"});  // time: imports
+    const std::string kind_text = e.string("kind");
+    const auto kind = value_of(kEventKinds, kind_text);
+    if (!kind) {
+      e.fail("kind", unknown_name_message("step event kind", kind_text, names_of(kEventKinds)));
+    }
+    StepEvent event{.kind = *kind, .micro_batch = -1, .module = -1};
+    if (*kind != StepEventKind::optimizer_step) {
+      event.micro_batch = e.integer_in("micro_batch", 0, trace.grad_accum - 1);
+    }
+    if (*kind != StepEventKind::optimizer_step && *kind != StepEventKind::final_callback) {
+      const std::string name = e.string("module");
+      const auto found = index.find(name);
+      if (found == index.end()) e.fail("module", fmt::format("'{}' is not in /modules", name));
+      event.module = found->second;
+      const auto slot = static_cast<std::size_t>(event.micro_batch) * trace.modules.size() +
+                        static_cast<std::size_t>(event.module);
+      if (*kind == StepEventKind::pre_forward) ++forwards[slot];
+      if (*kind == StepEventKind::post_backward) ++backwards[slot];
+    }
+    trace.events.push_back(event);
+  }
+  for (std::size_t slot = 0; slot < forwards.size(); ++slot) {
+    if (forwards[slot] != 1 || backwards[slot] != 1) {
+      r.fail("events",
+             fmt::format("micro-batch {} runs module '{}' forward {} and backward {} times, not "
+                         "once each",
+                         slot / trace.modules.size(), trace.modules[slot % trace.modules.size()],
+                         forwards[slot], backwards[slot]));
+    }
+  }
+  return trace;
 }
 
 }  // namespace shardplan

@@ -50,4 +50,10 @@ StepTrace generate_step_trace(const ModelSpec& model, std::vector<std::string> m
 
 nlohmann::json step_trace_to_json(const StepTrace& trace);
 
+// Reads a step trace: what step_trace_to_json writes, or a `trace import -o` file (its
+// measured fields are ignored here). Checks that every event names a traced module, a
+// micro-batch below grad_accum, and that each micro-batch runs every module forward and
+// backward once. Errors name `label` and the field.
+StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& label);
+
 }  // namespace shardplan

@@ -113,3 +113,41 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace shardplan::testing
+
+namespace shardplan::testing {
+namespace {
+
+// An FSDP2 profile of a two-layer model, imported, drives the plan of that model.
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+TEST(PlanCommand, FollowsAnImportedStepTrace) {
+  nlohmann::json model = read_json(SHARDPLAN_SOURCE_DIR "/models/zoo/tiny.json");
+  model["name"] = "tiny2";
+  model["num_layers"] = 2;
+  const std::string model_file = write_temp_file("tiny2.json", model.dump());
+  const std::string step = write_temp_file("fsdp2_step.json", "");
+  const CommandResult imported =
+      run_shardplan({"trace", "import",
+                     SHARDPLAN_SOURCE_DIR "/tests/data/fsdp2_two_layers_trace.json", "-o", step});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  const std::string out = write_temp_file("traced_plan.json", "");
+  const CommandResult r = run_shardplan(
+      {"plan", "--model", model_file, "--gpus", "4", "--step-trace", step, "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = read_json(out);
+  std::vector<std::string> labels;
+  for (const auto& s : plan["segments"]) labels.push_back(s["label"]);
+  EXPECT_EQ(labels, (std::vector<std::string>{"embed_tokens", "layers.0", "layers.1",
+                                              "norm+lm_head+loss"}));
+  // The same trace for the four-layer model is refused with the reason.
+  const CommandResult wrong =
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "4", "--step-trace", step});
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_THAT(wrong.err, HasSubstr("/modules: the step trace's 3 modules match neither"));
+}
+
+}  // namespace
+}  // namespace shardplan::testing
