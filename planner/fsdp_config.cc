@@ -11,7 +11,7 @@
 #include "models/limits.h"
 #include "models/name_table.h"
 #include "models/suggest.h"
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 #include "planner/sharding.h"
 
 namespace shardplan {

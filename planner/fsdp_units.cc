@@ -1,4 +1,4 @@
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 #include "planner/sharding.h"
 
 namespace shardplan {

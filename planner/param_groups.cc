@@ -1,4 +1,4 @@
-#include "planner/param_groups.h"
+#include "planner/internal/param_groups.h"
 
 #include <unordered_set>
 

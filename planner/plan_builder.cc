@@ -5,10 +5,10 @@
 #include <algorithm>
 
 #include "models/error.h"
-#include "planner/fsdp_units.h"
-#include "planner/param_groups.h"
-#include "planner/schedule.h"
-#include "planner/segments.h"
+#include "planner/internal/fsdp_units.h"
+#include "planner/internal/param_groups.h"
+#include "planner/internal/schedule.h"
+#include "planner/internal/segments.h"
 #include "planner/sharding.h"
 
 namespace shardplan {

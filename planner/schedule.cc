@@ -1,4 +1,4 @@
-#include "planner/schedule.h"
+#include "planner/internal/schedule.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "planner/segments.h"
+#include "planner/internal/segments.h"
 
 #include <fmt/format.h>
 

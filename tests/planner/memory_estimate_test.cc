@@ -9,7 +9,7 @@
 #include "models/error.h"
 #include "models/zoo.h"
 #include "planner/fsdp_config.h"
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 
 namespace shardplan {
 namespace {

@@ -1,5 +1,5 @@
 // The schedule's policies, tested directly, and the rule they produce in a built plan.
-#include "planner/schedule.h"
+#include "planner/internal/schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include "models/model_spec.h"
 #include "models/module_cost.h"
 #include "planner/fsdp_config.h"
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 #include "planner/plan.h"
 #include "traces/step_trace.h"
 

@@ -4,7 +4,7 @@
 
 #include "models/model_spec.h"
 #include "planner/fsdp_config.h"
-#include "planner/fsdp_units.h"
+#include "planner/internal/fsdp_units.h"
 #include "planner/plan.h"
 
 namespace shardplan {
