@@ -14,8 +14,8 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/plan_validator.h"
-#include "planner/pool.h"
-#include "planner/pool_csv.h"
+#include "pool/csv.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 namespace {
@@ -85,8 +85,9 @@ int run_pack(const PackParams& p, std::ostream& out) {
   if (solved) {
     if (auto error =
             check_packing(table.requests, result.offsets, result.size_bytes, p.alignment)) {
-      throw std::logic_error(
-          fmt::format("{} produced an invalid placement: {}", assigner->name(), *error));
+      throw std::logic_error(fmt::format("{} produced an invalid placement ({}): {}",
+                                         assigner->name(), packing_error_name(error->kind),
+                                         error->message));
     }
   }
   if (is_plan && solved) {

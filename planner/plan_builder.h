@@ -6,7 +6,7 @@
 #include "models/model_spec.h"
 #include "planner/fsdp_config.h"
 #include "planner/plan.h"
-#include "planner/pool.h"
+#include "planner/plan_pool.h"
 #include "traces/step_trace.h"
 
 namespace shardplan {
@@ -29,17 +29,5 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster,
 // The step trace the plan follows: the traced modules (units and the root's other
 // modules) through grad_accum micro-batches.
 StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& resolved_config);
-
-// The plan's transient buffers as pool requests, in buffer order.
-std::vector<PoolRequest> transient_pool_requests(const Plan& plan);
-
-// Writes a solved placement of transient_pool_requests(plan) into the plan: each buffer's
-// offset, and the pool's algorithm, alignment, size and lower bound.
-void apply_pool_assignment(Plan& plan, const PoolAssignment& assignment, std::string_view algorithm,
-                           int64_t alignment_bytes);
-
-// Places the plan's transient buffers with `assigner` under the planner's deterministic
-// budget and fills plan.pool.
-void pack_pool(Plan& plan, const OffsetAssigner& assigner);
 
 }  // namespace shardplan

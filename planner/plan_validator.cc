@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/name_table.h"
-#include "planner/pool.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 

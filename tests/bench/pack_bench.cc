@@ -9,10 +9,10 @@
 #include "models/cluster_spec.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
-#include "planner/pool.h"
-#include "planner/pool_csv.h"
-#include "planner/pool_placement.h"
-#include "planner/pool_synthetic.h"
+#include "pool/csv.h"
+#include "pool/placement.h"
+#include "pool/pool.h"
+#include "pool/synthetic.h"
 
 #ifndef SHARDPLAN_SHARED_DIR
 #define SHARDPLAN_SHARED_DIR "../shared"
@@ -58,7 +58,7 @@ void pack_plan(benchmark::State& state, const char* model, int64_t nodes,
   report(state, requests, result);
 }
 
-// Synthetic training-step traces (planner/pool_synthetic.h, seed 2) from 10 000 to
+// Synthetic training-step traces (pool/synthetic.h, seed 2) from 10 000 to
 // 100 000 buffers: how time and height scale. "time-order" is the O(n log n) placement
 // every phase falls back to.
 void pack_synthetic(benchmark::State& state, shardplan::SyntheticTraceOptions trace,

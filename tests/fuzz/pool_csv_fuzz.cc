@@ -1,8 +1,8 @@
 // MiniMalloc CSV -> every packing algorithm with a node budget; each placement must pass
 // check_packing and no pool may be below the lower bound.
 #include "fuzz_support.h"
-#include "planner/pool.h"
-#include "planner/pool_csv.h"
+#include "pool/csv.h"
+#include "pool/pool.h"
 
 using namespace shardplan;
 

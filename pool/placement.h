@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/pool.h"
+#include "pool/pool.h"
 
 namespace shardplan::pool {
 

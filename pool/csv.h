@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-#include "planner/pool.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 

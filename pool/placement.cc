@@ -1,4 +1,4 @@
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
 
 #include <algorithm>
 #include <map>

@@ -111,11 +111,19 @@ PackStatus over_capacity(const std::vector<PoolRequest>& requests, int64_t capac
 std::optional<std::pair<std::size_t, std::size_t>> find_overlap(
     const std::vector<PoolRequest>& requests, const std::vector<int64_t>& offsets);
 
+// Why a placement is wrong (MiniMalloc's ValidationResult): the kind, and a message
+// naming the requests by index.
+enum class PackingError { wrong_count, misaligned, outside_pool, overlap };
+std::string_view packing_error_name(PackingError error);
+struct PackingProblem {
+  PackingError kind = PackingError::overlap;
+  std::string message;
+};
+
 // Checks a placement: one aligned offset per request, inside `size_bytes`, no two
-// buffers live at once sharing a byte. Returns the reason it is wrong, naming the
-// requests by index.
-std::optional<std::string> check_packing(const std::vector<PoolRequest>& requests,
-                                         const std::vector<int64_t>& offsets, int64_t size_bytes,
-                                         int64_t default_alignment);
+// buffers live at once sharing a byte.
+std::optional<PackingProblem> check_packing(const std::vector<PoolRequest>& requests,
+                                            const std::vector<int64_t>& offsets, int64_t size_bytes,
+                                            int64_t default_alignment);
 
 }  // namespace shardplan

@@ -1,9 +1,9 @@
-#include "planner/pool_synthetic.h"
+#include "pool/synthetic.h"
 
 #include <algorithm>
 #include <array>
 
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
 
 namespace shardplan {
 namespace {

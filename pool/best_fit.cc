@@ -5,8 +5,8 @@
 #include <future>
 #include <numeric>
 
-#include "planner/pool.h"
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/pool_csv.h"
+#include "pool/csv.h"
 
 #include <fmt/format.h>
 

@@ -22,8 +22,8 @@
 #include <numeric>
 #include <thread>
 
-#include "planner/pool.h"
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 namespace {

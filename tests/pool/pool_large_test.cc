@@ -8,9 +8,9 @@
 #include <numeric>
 #include <random>
 
-#include "planner/pool.h"
-#include "planner/pool_placement.h"
-#include "planner/pool_synthetic.h"
+#include "pool/placement.h"
+#include "pool/pool.h"
+#include "pool/synthetic.h"
 
 namespace shardplan {
 namespace {
@@ -19,7 +19,7 @@ void expect_valid(const std::vector<PoolRequest>& requests, const PoolAssignment
                   int64_t alignment = 1) {
   ASSERT_EQ(result.status, PackStatus::solved);
   const auto error = check_packing(requests, result.offsets, result.size_bytes, alignment);
-  EXPECT_FALSE(error.has_value()) << *error;
+  EXPECT_FALSE(error.has_value()) << error->message;
   int64_t height = 0;
   for (std::size_t i = 0; i < requests.size(); ++i)
     height = std::max(height, result.offsets[i] + requests[i].bytes);

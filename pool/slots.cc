@@ -2,8 +2,8 @@
 #include <map>
 #include <numeric>
 
-#include "planner/pool.h"
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
+#include "pool/pool.h"
 
 namespace shardplan {
 namespace pool {

@@ -1,7 +1,7 @@
 // Offset assignment: every algorithm against brute force on small instances, MiniMalloc's
 // README example and challenging instances, boundaries, alignment, capacity, time limits,
 // and the CSV format's error paths.
-#include "planner/pool.h"
+#include "pool/pool.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 
 #include "models/error.h"
-#include "planner/pool_csv.h"
+#include "pool/csv.h"
 #include "tests/expect_input_error.h"
 #include "tests/shared_data.h"
 
@@ -68,7 +68,7 @@ TEST(Pool, ExactMatchesBruteForceOnSmallInstances) {
       const PoolAssignment result = pack(algorithm, requests);
       ASSERT_EQ(result.status, PackStatus::solved);
       const auto error = check_packing(requests, result.offsets, result.size_bytes, 1);
-      ASSERT_FALSE(error.has_value()) << algorithm << ": " << *error;
+      ASSERT_FALSE(error.has_value()) << algorithm << ": " << error->message;
       EXPECT_GE(result.size_bytes, optimum) << algorithm;
       if (result.proven_optimal) {
         EXPECT_EQ(result.size_bytes, optimum) << algorithm << " claims a proof";

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "planner/pool_placement.h"
+#include "pool/placement.h"
 
 namespace shardplan::pool {
 namespace {}  // namespace
