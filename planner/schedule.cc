@@ -148,6 +148,23 @@ class ScheduleBuilder {
   int64_t emit_backward_of(const PlanSegment& seg, int64_t position, int64_t last_backward,
                            const std::vector<int64_t>& reduce_by_position);
   void reduce(int64_t unit, std::vector<int64_t> deps);
+  // A segment's forward work as an op: the forward, or its re-run under full recompute.
+  PlanOp forward_work(const PlanSegment& seg, OpKind kind, std::vector<int64_t> deps,
+                      std::vector<int64_t> reads, std::vector<int64_t> writes) const {
+    return PlanOp{.stream = Stream::compute,
+                  .kind = kind,
+                  .unit = seg.unit,
+                  .segment = seg.id,
+                  .micro_batch = mb_,
+                  .name = fmt::format("{} {} mb{}", kind == OpKind::forward ? "fwd" : "recompute",
+                                      seg.label, mb_),
+                  .bytes = seg.io_bytes,
+                  .flops = seg.forward_flops,
+                  .attention_flops = seg.forward_attention_flops,
+                  .deps = std::move(deps),
+                  .reads = std::move(reads),
+                  .writes = std::move(writes)};
+  }
   void reduce_outer(int64_t unit, int64_t inner_reduce);
 
   Plan& plan_;
@@ -271,18 +288,8 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
                           fmt::format("fp8_transpose_cache {} mb{}", seg.label, mb));
       writes.push_back(state_.transpose_cache[u]);
     }
-    state_.last_forward = emit_.op(PlanOp{.stream = Stream::compute,
-                                          .kind = OpKind::forward,
-                                          .unit = seg.unit,
-                                          .segment = seg.id,
-                                          .micro_batch = mb,
-                                          .name = fmt::format("fwd {} mb{}", seg.label, mb),
-                                          .bytes = seg.io_bytes,
-                                          .flops = seg.forward_flops,
-                                          .attention_flops = seg.forward_attention_flops,
-                                          .deps = std::move(deps),
-                                          .reads = std::move(reads),
-                                          .writes = std::move(writes)});
+    state_.last_forward = emit_.op(
+        forward_work(seg, OpKind::forward, std::move(deps), std::move(reads), std::move(writes)));
     if (seg.unit != 0) gather_triggered_by(position++, {state_.last_forward});
   }
 }
@@ -346,18 +353,7 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
     const int64_t recomputed = emit_.transient(
         BufferRole::recompute_activations, seg.unit, mb_, c_.param_dtype, seg.full_activation_bytes,
         fmt::format("recompute_activations {} mb{}", seg.label, mb_));
-    deps.push_back(emit_.op(PlanOp{.stream = Stream::compute,
-                                   .kind = OpKind::recompute,
-                                   .unit = seg.unit,
-                                   .segment = seg.id,
-                                   .micro_batch = mb_,
-                                   .name = fmt::format("recompute {} mb{}", seg.label, mb_),
-                                   .bytes = seg.io_bytes,
-                                   .flops = seg.forward_flops,
-                                   .attention_flops = seg.forward_attention_flops,
-                                   .deps = deps,
-                                   .reads = reads,
-                                   .writes = {recomputed}}));
+    deps.push_back(emit_.op(forward_work(seg, OpKind::recompute, deps, reads, {recomputed})));
     reads.push_back(recomputed);
   }
   const bool grads = s_.shard_grads && has_grads(seg.unit);

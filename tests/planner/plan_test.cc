@@ -5,18 +5,12 @@
 
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
+#include "tests/planner/tiny_plan.h"
 
 namespace shardplan {
 namespace {
 
-Plan tiny_plan(const nlohmann::json& extra = nlohmann::json::object()) {
-  const ModelSpec model = load_model("tiny");
-  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
-  nlohmann::json j = extra;
-  j["seq_len"] = 32;
-  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
-  return build_plan(model, cluster, c);
-}
+using testing::tiny_plan;
 
 // Worked by hand for 8 ranks as dp_outer 2 × dp_shard 4: dp_shard instances are
 // {0,1,2,3} and {4,5,6,7}; dp_outer instances {0,4}, {1,5}, {2,6}, {3,7}.

@@ -8,18 +8,16 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "tests/expect_input_error.h"
+#include "tests/planner/tiny_plan.h"
 
 namespace shardplan {
 namespace {
 
+// Two micro-batches, so the checks see reductions across them.
 Plan tiny_plan(const nlohmann::json& extra = nlohmann::json::object()) {
-  const ModelSpec model = load_model("tiny");
-  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
   nlohmann::json j = extra;
-  j["seq_len"] = 32;
   j["grad_accum"] = 2;
-  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
-  return build_plan(model, cluster, c);
+  return testing::tiny_plan(j);
 }
 
 PlanErrorKind error_kind(const Plan& plan) {

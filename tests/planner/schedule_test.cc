@@ -8,6 +8,7 @@
 
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
+#include "tests/planner/tiny_plan.h"
 
 namespace shardplan {
 namespace {
@@ -47,14 +48,7 @@ TEST(DrainDepth, SynchronousReductionDrainsEveryLayer) {
   EXPECT_EQ(drain_depth(c), 1);
 }
 
-Plan tiny_plan(const nlohmann::json& extra) {
-  const ModelSpec model = load_model("tiny");
-  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
-  nlohmann::json j = extra;
-  j["seq_len"] = 32;
-  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
-  return build_plan(model, cluster, c);
-}
+using testing::tiny_plan;
 
 // In a built plan, each layer's forward gather depends on exactly the forward its
 // trigger names (or on nothing of this micro-batch's compute, when the trigger is -1).
