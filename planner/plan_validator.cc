@@ -60,10 +60,9 @@ std::optional<PlanError> check_process_groups(const Plan& plan) {
   return std::nullopt;
 }
 
-}  // namespace
-
-std::optional<PlanError> validate_plan(const Plan& plan) {
-  if (auto error = check_process_groups(plan)) return error;
+// Ids are indices; dependencies point backwards; every buffer an op uses exists and is
+// live then.
+std::optional<PlanError> check_ops(const Plan& plan) {
   const auto num_ops = static_cast<int64_t>(plan.ops.size());
   const auto num_buffers = static_cast<int64_t>(plan.buffers.size());
   for (int64_t i = 0; i < num_buffers; ++i) {
@@ -104,6 +103,11 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     }
   }
 
+  return std::nullopt;
+}
+
+std::optional<PlanError> check_async_uses(const Plan& plan) {
+  const auto num_ops = static_cast<int64_t>(plan.ops.size());
   // Async uses: the earliest compute op that waits for each communication op.
   const std::vector<int64_t> first_waiter = earliest_compute_waiters(plan);
   for (const PlanOp& op : plan.ops) {
@@ -127,8 +131,14 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     }
   }
 
+  return std::nullopt;
+}
+
+// Sizes, intervals and pool offsets; fills `transient` with the pooled buffers.
+std::optional<PlanError> check_buffers(const Plan& plan,
+                                       std::vector<const PlanBuffer*>& transient) {
+  const auto num_ops = static_cast<int64_t>(plan.ops.size());
   const int64_t alignment = plan.pool.alignment_bytes;
-  std::vector<const PlanBuffer*> transient;
   for (const PlanBuffer& b : plan.buffers) {
     if (b.bytes < 0) {
       return PlanError{PlanErrorKind::size_mismatch,
@@ -159,6 +169,10 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     transient.push_back(&b);
   }
 
+  return std::nullopt;
+}
+
+std::optional<PlanError> check_overlaps(const std::vector<const PlanBuffer*>& transient) {
   std::vector<PoolRequest> requests;
   std::vector<int64_t> offsets;
   for (const PlanBuffer* b : transient) {
@@ -176,6 +190,11 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
                     b->offset + b->bytes, a->live_begin, a->live_end, b->live_begin, b->live_end)};
   }
 
+  return std::nullopt;
+}
+
+// The pool is at least its bound; the parameter groups add up to their units.
+std::optional<PlanError> check_sizes(const Plan& plan) {
   if (plan.pool.size_bytes < plan.pool.lower_bound_bytes) {
     return PlanError{PlanErrorKind::size_mismatch,
                      fmt::format("pool of {} bytes is below its lower bound of {}",
@@ -206,6 +225,18 @@ std::optional<PlanError> validate_plan(const Plan& plan) {
     }
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<PlanError> validate_plan(const Plan& plan) {
+  if (auto error = check_process_groups(plan)) return error;
+  if (auto error = check_ops(plan)) return error;
+  if (auto error = check_async_uses(plan)) return error;
+  std::vector<const PlanBuffer*> transient;
+  if (auto error = check_buffers(plan, transient)) return error;
+  if (auto error = check_overlaps(transient)) return error;
+  return check_sizes(plan);
 }
 
 }  // namespace shardplan
