@@ -134,6 +134,91 @@ std::string no_fit_text(const SweepResult& r, const NoFitAdvice& advice) {
   return text + fmt::format("{} does not fit even on 64 times the GPUs.\n", grown);
 }
 
+// The --json document: the job, the counts, the ranking (top rows), the front, every point.
+nlohmann::json sweep_json(const SweepParams& p, const Job& job, const SweepResult& result,
+                          int64_t cap, double seconds, const std::string& advice) {
+  nlohmann::json ranking = nlohmann::json::array(), pareto = nlohmann::json::array(),
+                 points = nlohmann::json::array();
+  for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k)
+    ranking.push_back(point_json(result.points[result.ranking[k]]));
+  for (const SweepPoint& pt : result.points) {
+    if (pt.pareto) pareto.push_back(point_json(pt));
+    points.push_back(point_json(pt));
+  }
+  nlohmann::json j = {{"model", job.model.name},
+                      {"cluster", job.cluster.name},
+                      {"num_gpus", job.cluster.num_gpus},
+                      {"memory_cap_bytes", cap},
+                      {"configurations", result.points.size()},
+                      {"evaluated", result.evaluated},
+                      {"pruned", result.pruned},
+                      {"invalid", result.invalid},
+                      {"fitting", result.ranking.size()},
+                      {"seconds", seconds},
+                      {"ranking", ranking},
+                      {"pareto", pareto},
+                      {"points", points}};
+  if (!advice.empty()) j["advice"] = advice;
+  return j;
+}
+
+// The table a person reads: counts, the ranking, why #1 beats #2, the Pareto front.
+void print_sweep(const SweepParams& p, const SweepResult& result, const std::string& title,
+                 int64_t cap, double seconds, int threads, const std::string& advice,
+                 std::ostream& out) {
+  out << fmt::format("{}, memory cap {}\n", title, format_bytes(static_cast<double>(cap)));
+  out << fmt::format(
+      "{} configurations: {} evaluated, {} pruned (persistent state over the cap), {} invalid; "
+      "{} fit. {:.2f} s on {} thread{}.\n\n",
+      result.points.size(), result.evaluated, result.pruned, result.invalid, result.ranking.size(),
+      seconds, threads, threads == 1 ? "" : "s");
+  if (result.ranking.empty()) {
+    out << advice;
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k) {
+    const SweepPoint& pt = result.points[result.ranking[k]];
+    const TimelineSummary& s = pt.summary;
+    rows.push_back(
+        {std::to_string(k + 1), describe_config(pt.config), format_seconds(s.step_seconds),
+         fmt::format("{:.0f}", s.tokens_per_second_per_gpu), fmt::format("{:.1f} %", 100 * s.mfu),
+         format_bytes(static_cast<double>(s.peak_reserved_bytes)),
+         format_bytes(static_cast<double>(cap - s.peak_reserved_bytes))});
+  }
+  out << render_table({"rank", "configuration", "step", "tok/s/GPU", "MFU", "peak", "headroom"},
+                      rows, {0, 2, 3, 4, 5, 6});
+  const SweepPoint& best = result.points[result.ranking.front()];
+  if (result.ranking.size() > 1) {
+    const SweepPoint& second = result.points[result.ranking[1]];
+    const TimelineSummary &a = best.summary, &b = second.summary;
+    auto row = [&](const char* name, double x, double y) {
+      return std::vector<std::string>{name, format_seconds(x), format_seconds(y),
+                                      format_seconds(y - x)};
+    };
+    out << fmt::format("\nWhy #1 wins over #2 ({:.2f} % faster), critical path:\n",
+                       100 * (b.step_seconds / a.step_seconds - 1));
+    out << render_table(
+        {"", "#1", "#2", "#2 − #1"},
+        {row("compute", a.critical_path.compute, b.critical_path.compute),
+         row("all-gather (exposed)", a.critical_path.all_gather, b.critical_path.all_gather),
+         row("reduce-scatter (exposed)", a.critical_path.reduce_scatter,
+             b.critical_path.reduce_scatter),
+         row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
+         row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
+         row("step", a.step_seconds, b.step_seconds)},
+        {1, 2, 3});
+  }
+  int64_t front = 0;
+  for (const SweepPoint& pt : result.points) front += pt.pareto ? 1 : 0;
+  out << fmt::format("\nPareto front (peak memory vs step time): {} points{}.\n", front,
+                     p.csv.empty() && p.report.empty() ? " (--csv, --report)" : "");
+  for (const std::string* path : {&p.csv, &p.report}) {
+    if (!path->empty()) out << "wrote " << *path << "\n";
+  }
+  if (!p.emit_config.empty()) out << "wrote " << p.emit_config << " (the winner)\n";
+}
+
 }  // namespace
 
 int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
@@ -198,82 +283,10 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
         fsdp_config_to_json(result.points[result.ranking.front()].config).dump(2) + "\n");
   }
   if (p.json) {
-    nlohmann::json ranking = nlohmann::json::array(), pareto = nlohmann::json::array(),
-                   points = nlohmann::json::array();
-    for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k)
-      ranking.push_back(point_json(result.points[result.ranking[k]]));
-    for (const SweepPoint& pt : result.points) {
-      if (pt.pareto) pareto.push_back(point_json(pt));
-      points.push_back(point_json(pt));
-    }
-    nlohmann::json j = {{"model", job.model.name},
-                        {"cluster", job.cluster.name},
-                        {"num_gpus", job.cluster.num_gpus},
-                        {"memory_cap_bytes", cap},
-                        {"configurations", result.points.size()},
-                        {"evaluated", result.evaluated},
-                        {"pruned", result.pruned},
-                        {"invalid", result.invalid},
-                        {"fitting", result.ranking.size()},
-                        {"seconds", seconds},
-                        {"ranking", ranking},
-                        {"pareto", pareto},
-                        {"points", points}};
-    if (!advice.empty()) j["advice"] = advice;
-    out << j.dump(2) << "\n";
+    out << sweep_json(p, job, result, cap, seconds, advice).dump(2) << "\n";
     return 0;
   }
-  out << fmt::format("{}, memory cap {}\n", title, format_bytes(static_cast<double>(cap)));
-  out << fmt::format(
-      "{} configurations: {} evaluated, {} pruned (persistent state over the cap), {} invalid; "
-      "{} fit. {:.2f} s on {} thread{}.\n\n",
-      result.points.size(), result.evaluated, result.pruned, result.invalid, result.ranking.size(),
-      seconds, options.threads, options.threads == 1 ? "" : "s");
-  if (result.ranking.empty()) {
-    out << advice;
-    return 0;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (std::size_t k = 0; k < result.ranking.size() && k < static_cast<std::size_t>(p.top); ++k) {
-    const SweepPoint& pt = result.points[result.ranking[k]];
-    const TimelineSummary& s = pt.summary;
-    rows.push_back(
-        {std::to_string(k + 1), describe_config(pt.config), format_seconds(s.step_seconds),
-         fmt::format("{:.0f}", s.tokens_per_second_per_gpu), fmt::format("{:.1f} %", 100 * s.mfu),
-         format_bytes(static_cast<double>(s.peak_reserved_bytes)),
-         format_bytes(static_cast<double>(cap - s.peak_reserved_bytes))});
-  }
-  out << render_table({"rank", "configuration", "step", "tok/s/GPU", "MFU", "peak", "headroom"},
-                      rows, {0, 2, 3, 4, 5, 6});
-  const SweepPoint& best = result.points[result.ranking.front()];
-  if (result.ranking.size() > 1) {
-    const SweepPoint& second = result.points[result.ranking[1]];
-    const TimelineSummary &a = best.summary, &b = second.summary;
-    auto row = [&](const char* name, double x, double y) {
-      return std::vector<std::string>{name, format_seconds(x), format_seconds(y),
-                                      format_seconds(y - x)};
-    };
-    out << fmt::format("\nWhy #1 wins over #2 ({:.2f} % faster), critical path:\n",
-                       100 * (b.step_seconds / a.step_seconds - 1));
-    out << render_table(
-        {"", "#1", "#2", "#2 − #1"},
-        {row("compute", a.critical_path.compute, b.critical_path.compute),
-         row("all-gather (exposed)", a.critical_path.all_gather, b.critical_path.all_gather),
-         row("reduce-scatter (exposed)", a.critical_path.reduce_scatter,
-             b.critical_path.reduce_scatter),
-         row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
-         row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
-         row("step", a.step_seconds, b.step_seconds)},
-        {1, 2, 3});
-  }
-  int64_t front = 0;
-  for (const SweepPoint& pt : result.points) front += pt.pareto ? 1 : 0;
-  out << fmt::format("\nPareto front (peak memory vs step time): {} points{}.\n", front,
-                     p.csv.empty() && p.report.empty() ? " (--csv, --report)" : "");
-  for (const std::string* path : {&p.csv, &p.report}) {
-    if (!path->empty()) out << "wrote " << *path << "\n";
-  }
-  if (!p.emit_config.empty()) out << "wrote " << p.emit_config << " (the winner)\n";
+  print_sweep(p, result, title, cap, seconds, options.threads, advice, out);
   return 0;
 }
 
