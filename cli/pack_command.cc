@@ -9,6 +9,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 #include "models/text_format.h"
 #include "planner/plan_builder.h"
@@ -21,15 +22,10 @@ namespace shardplan {
 namespace {
 
 std::string_view status_name(PackStatus status) {
-  switch (status) {
-    case PackStatus::solved:
-      return "solved";
-    case PackStatus::infeasible:
-      return "infeasible";
-    case PackStatus::not_found:
-      return "not_found";
-  }
-  return "?";
+  static constexpr NameTable<PackStatus, 3> kNames = {{{PackStatus::solved, "solved"},
+                                                       {PackStatus::infeasible, "infeasible"},
+                                                       {PackStatus::not_found, "not_found"}}};
+  return name_of(kNames, status);
 }
 
 }  // namespace

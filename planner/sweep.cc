@@ -10,6 +10,7 @@
 
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/memory_estimate.h"
 
@@ -34,18 +35,14 @@ std::vector<T> parse_list(const JsonReader& r, std::string_view key, Parse parse
   return out;
 }
 
-std::string strategy_short(ShardingStrategy s) {
-  switch (s) {
-    case ShardingStrategy::no_shard:
-      return "ddp";
-    case ShardingStrategy::optim:
-      return "zero1";
-    case ShardingStrategy::optim_grads:
-      return "zero2";
-    case ShardingStrategy::optim_grads_params:
-      return "zero3";
-  }
-  return "?";
+// The names people use for the strategies (the ZeRO stages; DDP).
+std::string_view strategy_short(ShardingStrategy s) {
+  static constexpr NameTable<ShardingStrategy, 4> kShort = {
+      {{ShardingStrategy::no_shard, "ddp"},
+       {ShardingStrategy::optim, "zero1"},
+       {ShardingStrategy::optim_grads, "zero2"},
+       {ShardingStrategy::optim_grads_params, "zero3"}}};
+  return name_of(kShort, s);
 }
 
 }  // namespace
