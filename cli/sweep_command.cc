@@ -256,7 +256,7 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
     };
   }
   const auto start = std::chrono::steady_clock::now();
-  const SweepResult result = run_sweep(job.model, job.cluster, configs, evaluate, options);
+  const SweepResult result = sweep_configs(job.model, job.cluster, configs, evaluate, options);
   // Nothing to rank because of the input, not of memory: say what was wrong with it.
   if (result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty()) {
     const SweepPoint& first = result.points.front();

@@ -243,9 +243,9 @@ std::string describe_config(const FsdpConfig& c) {
   return text;
 }
 
-SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
-                      const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
-                      const SweepOptions& options) {
+SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
+                          const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
+                          const SweepOptions& options) {
   SweepResult result;
   result.memory_cap = options.memory_cap;
   result.points.resize(configs.size());

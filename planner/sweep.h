@@ -88,9 +88,9 @@ double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
 // `threads` threads; the result does not depend on the thread count. Ranks the fitting
 // points by step time (then peak memory, then enumeration order) and marks the Pareto
 // front of peak reserved memory against step time over every evaluated point.
-SweepResult run_sweep(const ModelSpec& model, const ClusterSpec& cluster,
-                      const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
-                      const SweepOptions& options);
+SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
+                          const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
+                          const SweepOptions& options);
 
 // When nothing fits: what came closest, what the space left out, and the fewest GPUs (the
 // job's nodes doubled up to six times) at which the closest configuration fits.

@@ -48,11 +48,11 @@ double x_of(double t, double step) {
 // Memory over time, stacked by role: non-tensor at the bottom, then the persistent roles,
 // then the transient ones, as step areas.
 std::string memory_chart(const Plan& plan, const Timeline& t,
-                         const std::vector<BufferSpan>& spans) {
+                         const std::vector<BufferLifetime>& spans) {
   const double step = std::max(t.summary.step_seconds, 1e-30);
   std::vector<double> times = {0, step};
   for (const PlanBuffer& b : plan.buffers) {
-    const BufferSpan& s = spans[static_cast<std::size_t>(b.id)];
+    const BufferLifetime& s = spans[static_cast<std::size_t>(b.id)];
     if (!b.persistent && s.used) {
       times.push_back(s.alloc);
       times.push_back(s.free);
@@ -68,7 +68,7 @@ std::string memory_chart(const Plan& plan, const Timeline& t,
                                     times.begin());
   };
   for (const PlanBuffer& b : plan.buffers) {
-    const BufferSpan& s = spans[static_cast<std::size_t>(b.id)];
+    const BufferLifetime& s = spans[static_cast<std::size_t>(b.id)];
     if (!s.used || b.bytes <= 0) continue;
     const std::size_t lo = index(s.alloc), hi = index(s.free);
     for (std::size_t k = lo; k < std::max(hi, lo + 1) && k < times.size(); ++k)
@@ -146,7 +146,8 @@ std::string memory_chart(const Plan& plan, const Timeline& t,
 }
 
 // The pool: each transient buffer as a rectangle over its offset range and its lifetime.
-std::string pool_chart(const Plan& plan, const Timeline& t, const std::vector<BufferSpan>& spans) {
+std::string pool_chart(const Plan& plan, const Timeline& t,
+                       const std::vector<BufferLifetime>& spans) {
   const double step = std::max(t.summary.step_seconds, 1e-30);
   const double pool = std::max<double>(static_cast<double>(plan.pool.size_bytes), 1);
   const double height = 300, y0 = 20;
@@ -158,7 +159,7 @@ std::string pool_chart(const Plan& plan, const Timeline& t, const std::vector<Bu
   }
   int64_t drawn = 0;
   for (const PlanBuffer& b : plan.buffers) {
-    const BufferSpan& s = spans[static_cast<std::size_t>(b.id)];
+    const BufferLifetime& s = spans[static_cast<std::size_t>(b.id)];
     if (b.persistent || !s.used || b.offset < 0 || b.bytes <= 0) continue;
     ++drawn;
     const double x = x_of(s.alloc, step);
@@ -257,7 +258,7 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
 }  // namespace
 
 std::string html_report(const Plan& plan, const Timeline& t) {
-  const std::vector<BufferSpan> spans = buffer_spans(plan, t);
+  const std::vector<BufferLifetime> spans = buffer_lifetimes(plan, t);
   std::string html = fmt::format(
       "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
       "<title>shardplan: {} on {} GPUs of {}</title>\n<style>\n"

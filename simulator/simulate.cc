@@ -156,7 +156,7 @@ struct MemoryEvent {
 };
 
 void simulate_memory(const Plan& plan, Timeline& t) {
-  const std::vector<BufferSpan> spans = buffer_spans(plan, t);
+  const std::vector<BufferLifetime> spans = buffer_lifetimes(plan, t);
   const auto num_buffers = plan.buffers.size();
   const bool caching = plan.config.allocator == Allocator::caching;
   CachingAllocator allocator;
@@ -220,12 +220,13 @@ void simulate_memory(const Plan& plan, Timeline& t) {
 
 }  // namespace
 
-std::vector<BufferSpan> buffer_spans(const Plan& plan, const Timeline& timeline) {
+std::vector<BufferLifetime> buffer_lifetimes(const Plan& plan, const Timeline& timeline) {
   const std::vector<int64_t> waiter = earliest_compute_waiters(plan);
   const auto n = plan.ops.size();
-  if (timeline.ops.size() != n) throw std::logic_error("buffer_spans: timeline of another plan");
+  if (timeline.ops.size() != n)
+    throw std::logic_error("buffer_lifetimes: timeline of another plan");
   const double step = timeline.summary.step_seconds;
-  std::vector<BufferSpan> spans(plan.buffers.size());
+  std::vector<BufferLifetime> spans(plan.buffers.size());
   for (const PlanBuffer& b : plan.buffers) {
     if (b.persistent) spans[static_cast<std::size_t>(b.id)] = {0, step, true};
   }
@@ -239,7 +240,7 @@ std::vector<BufferSpan> buffer_spans(const Plan& plan, const Timeline& timeline)
           timeline.ops[static_cast<std::size_t>(waiter[static_cast<std::size_t>(op.id)])].start);
     for (const auto* list : {&op.reads, &op.writes}) {
       for (int64_t id : *list) {
-        BufferSpan& s = spans[static_cast<std::size_t>(id)];
+        BufferLifetime& s = spans[static_cast<std::size_t>(id)];
         if (plan.buffers[static_cast<std::size_t>(id)].persistent) continue;
         s.alloc = s.used ? std::min(s.alloc, timed.start) : timed.start;
         s.free = s.used ? std::max(s.free, released) : released;

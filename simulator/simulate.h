@@ -22,11 +22,11 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster);
 // transient buffer from the start of its first op to the end of its last use (a use on a
 // communication stream ends when the compute stream waits for it); persistent buffers
 // the whole step. `used` is false for a buffer no op touches.
-struct BufferSpan {
+struct BufferLifetime {
   double alloc = 0;
   double free = 0;
   bool used = false;
 };
-std::vector<BufferSpan> buffer_spans(const Plan& plan, const Timeline& timeline);
+std::vector<BufferLifetime> buffer_lifetimes(const Plan& plan, const Timeline& timeline);
 
 }  // namespace shardplan

@@ -108,7 +108,7 @@ void BM_Sweep70BDefaultSpace(benchmark::State& state) {
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   shardplan::SweepResult result;
   for (auto _ : state) {
-    result = shardplan::run_sweep(
+    result = shardplan::sweep_configs(
         model, cluster, configs, evaluate,
         {.memory_cap = shardplan::default_memory_cap(cluster), .threads = threads});
   }

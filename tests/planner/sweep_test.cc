@@ -34,15 +34,15 @@ TEST(Sweep, BestIsTheMinimumOverConfigurationsSimulatedOneByOne) {
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
   ASSERT_GT(configs.size(), 100u);
   // The cap sits between the smallest and the largest peak, so some fit and some do not.
-  const SweepResult all = run_sweep(f.model, f.cluster, configs, f.evaluate,
-                                    {.memory_cap = INT64_MAX, .threads = 2, .prune = false});
+  const SweepResult all = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                        {.memory_cap = INT64_MAX, .threads = 2, .prune = false});
   std::vector<int64_t> peaks;
   for (const SweepPoint& p : all.points)
     if (p.state == PointState::evaluated) peaks.push_back(p.summary.peak_reserved_bytes);
   std::sort(peaks.begin(), peaks.end());
   const int64_t cap = peaks[peaks.size() / 2];
   const SweepResult r =
-      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = cap, .threads = 2});
+      sweep_configs(f.model, f.cluster, configs, f.evaluate, {.memory_cap = cap, .threads = 2});
   ASSERT_FALSE(r.ranking.empty());
   double best = INFINITY;
   for (const FsdpConfig& c : configs) {
@@ -80,9 +80,9 @@ TEST(Sweep, PruningNeverDropsAConfigurationThatFits) {
   const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
   const int64_t cap = 40LL << 30;  // tight: ZeRO-1/2 state of 8B on 8 GPUs does not fit
   const SweepResult pruned =
-      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = cap, .threads = 2});
-  const SweepResult full = run_sweep(f.model, f.cluster, configs, f.evaluate,
-                                     {.memory_cap = cap, .threads = 2, .prune = false});
+      sweep_configs(f.model, f.cluster, configs, f.evaluate, {.memory_cap = cap, .threads = 2});
+  const SweepResult full = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                         {.memory_cap = cap, .threads = 2, .prune = false});
   EXPECT_GT(pruned.pruned, 0);
   EXPECT_EQ(full.pruned, 0);
   for (std::size_t i = 0; i < configs.size(); ++i) {
@@ -102,10 +102,12 @@ TEST(Sweep, PruningNeverDropsAConfigurationThatFits) {
 TEST(Sweep, ThreadCountChangesNothing) {
   Fixture f;
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
-  const SweepResult one = run_sweep(f.model, f.cluster, configs, f.evaluate,
-                                    {.memory_cap = default_memory_cap(f.cluster), .threads = 1});
-  const SweepResult four = run_sweep(f.model, f.cluster, configs, f.evaluate,
-                                     {.memory_cap = default_memory_cap(f.cluster), .threads = 4});
+  const SweepResult one =
+      sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                    {.memory_cap = default_memory_cap(f.cluster), .threads = 1});
+  const SweepResult four =
+      sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                    {.memory_cap = default_memory_cap(f.cluster), .threads = 4});
   EXPECT_EQ(one.ranking, four.ranking);
   ASSERT_EQ(one.points.size(), four.points.size());
   for (std::size_t i = 0; i < one.points.size(); ++i) {
@@ -117,8 +119,8 @@ TEST(Sweep, ThreadCountChangesNothing) {
 TEST(Sweep, ParetoFrontHasNoDominatedPoint) {
   Fixture f;
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
-  const SweepResult r =
-      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = INT64_MAX, .threads = 2});
+  const SweepResult r = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                      {.memory_cap = INT64_MAX, .threads = 2});
   int front = 0;
   for (const SweepPoint& p : r.points) {
     if (p.state != PointState::evaluated) continue;
@@ -221,8 +223,8 @@ TEST(NoFitAdvice, GrowsTheLeastMemoryConfigurationToTheFirstNodeCountThatFits) {
   s.fp8_param_gather = {false};
   s.bucket_bytes = {std::nullopt};
   const std::vector<FsdpConfig> configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
-  const SweepResult uncapped =
-      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = INT64_MAX, .threads = 2});
+  const SweepResult uncapped = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                             {.memory_cap = INT64_MAX, .threads = 2});
   std::size_t lowest = 0;
   for (std::size_t i = 1; i < uncapped.points.size(); ++i) {
     if (uncapped.points[i].summary.peak_reserved_bytes <
@@ -236,8 +238,9 @@ TEST(NoFitAdvice, GrowsTheLeastMemoryConfigurationToTheFirstNodeCountThatFits) {
   const int64_t peak_on_two = f.evaluate(grown, two).peak_reserved_bytes;
   ASSERT_LT(peak_on_two, uncapped.points[lowest].summary.peak_reserved_bytes);
 
-  const SweepResult capped = run_sweep(f.model, f.cluster, configs, f.evaluate,
-                                       {.memory_cap = peak_on_two, .threads = 2, .prune = false});
+  const SweepResult capped =
+      sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                    {.memory_cap = peak_on_two, .threads = 2, .prune = false});
   ASSERT_TRUE(capped.ranking.empty());
   const NoFitAdvice advice = advise_no_fit(capped, s, f.model, f.cluster, f.evaluate);
   ASSERT_TRUE(advice.lowest.has_value());
@@ -259,7 +262,7 @@ TEST(NoFitAdvice, EverythingPrunedGrowsTheLeanestPointAndNeverFits) {
   s.dp_outer = {1};
   const std::vector<FsdpConfig> configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
   const SweepResult r =
-      run_sweep(f.model, f.cluster, configs, f.evaluate, {.memory_cap = 1, .threads = 2});
+      sweep_configs(f.model, f.cluster, configs, f.evaluate, {.memory_cap = 1, .threads = 2});
   ASSERT_EQ(r.pruned + r.invalid, static_cast<int64_t>(r.points.size()));
   const NoFitAdvice advice = advise_no_fit(r, s, f.model, f.cluster, f.evaluate);
   EXPECT_FALSE(advice.lowest.has_value());
