@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "models/integer_math.h"
 #include "planner/sharding.h"
 
 namespace shardplan {
@@ -19,10 +20,6 @@ void collect(const Module& m, const std::unordered_set<const Module*>& skip,
     out.push_back({m.name.empty() ? p.name : m.name + "." + p.name, &p});
   }
   for (const Module& child : m.children) collect(child, skip, out);
-}
-
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
 }
 
 }  // namespace

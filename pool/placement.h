@@ -8,15 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "models/integer_math.h"
 #include "pool/pool.h"
 
 namespace shardplan::pool {
 
 using Clock = std::chrono::steady_clock;
-
-inline int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 
 inline int64_t alignment_of(const PoolRequest& r, int64_t default_alignment) {
   return r.alignment > 0 ? r.alignment : std::max<int64_t>(default_alignment, 1);
