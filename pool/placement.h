@@ -1,7 +1,7 @@
 #pragma once
 
-// Building blocks the offset assigners share (pool_best_fit, pool_repair, pool_exact):
-// not part of the planner's public interface.
+// Building blocks the offset assigners share (best_fit, slots, repair, exact, auto):
+// internal to the pool library, not part of its public interface (pool.h).
 #include <chrono>
 #include <cstdint>
 #include <optional>

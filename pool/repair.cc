@@ -12,7 +12,6 @@
 #include "pool/placement.h"
 
 namespace shardplan::pool {
-namespace {}  // namespace
 
 PoolAssignment repair(const std::vector<PoolRequest>& requests, PoolAssignment start,
                       int64_t lower_bound, int64_t default_alignment, Clock::time_point deadline,

@@ -8,7 +8,7 @@
 namespace shardplan {
 namespace {
 
-// Reproducible draws: SplitMix64 (pool_placement.h) with the draws a trace needs.
+// Reproducible draws: SplitMix64 (pool/placement.h) with the draws a trace needs.
 struct Rng {
   pool::SplitMix64 mix;
   int64_t below(int64_t n) { return static_cast<int64_t>(mix.below(static_cast<uint64_t>(n))); }
