@@ -46,7 +46,7 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   const std::vector<std::vector<std::string>> rows = {
       {"step time", format_seconds(s.step_seconds), ""},
       {"tokens/s per GPU", fmt::format("{:.0f}", s.tokens_per_second_per_gpu),
-       fmt::format("{} tokens per GPU per step", plan.tokens_per_gpu)},
+       fmt::format("{:g} tokens per GPU per step", plan.tokens_per_gpu)},
       {"TFLOP/s per GPU", fmt::format("{:.1f}", s.tflops_per_gpu), "executed, recompute included"},
       {"MFU", fmt::format("{:.1f} %", 100.0 * s.mfu), "model FLOPs ÷ dense BF16 peak"},
       {"compute", format_seconds(s.compute_seconds),
@@ -57,6 +57,8 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
        share(s.exposed_reduce_scatter_seconds)},
       {"exposed outer (HSDP)", format_seconds(s.exposed_outer_seconds),
        share(s.exposed_outer_seconds)},
+      {"exposed tp/cp", format_seconds(s.exposed_model_parallel_seconds),
+       share(s.exposed_model_parallel_seconds)},
       {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes)),
        "tensors + non-tensor"},
       {"peak reserved", format_bytes(static_cast<double>(s.peak_reserved_bytes)),
@@ -66,9 +68,10 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   out << render_table({"", "predicted", "note"}, rows, {1});
   out << fmt::format(
       "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
-      "optimizer {}\n",
+      "tp/cp {}, optimizer {}\n",
       t.critical_path.size(), format_seconds(p.compute), format_seconds(p.all_gather),
-      format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.optimizer));
+      format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.model_parallel),
+      format_seconds(p.optimizer));
 }
 
 }  // namespace

@@ -68,10 +68,12 @@ nlohmann::json point_json(const SweepPoint& p) {
     j["exposed_all_gather_seconds"] = s.exposed_all_gather_seconds;
     j["exposed_reduce_scatter_seconds"] = s.exposed_reduce_scatter_seconds;
     j["exposed_outer_seconds"] = s.exposed_outer_seconds;
+    j["exposed_model_parallel_seconds"] = s.exposed_model_parallel_seconds;
     j["critical_path"] = {{"compute", s.critical_path.compute},
                           {"all_gather", s.critical_path.all_gather},
                           {"reduce_scatter", s.critical_path.reduce_scatter},
                           {"outer", s.critical_path.outer},
+                          {"model_parallel", s.critical_path.model_parallel},
                           {"optimizer", s.critical_path.optimizer}};
     j["fits"] = p.fits;
     j["pareto"] = p.pareto;
@@ -205,6 +207,7 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
          row("reduce-scatter (exposed)", a.critical_path.reduce_scatter,
              b.critical_path.reduce_scatter),
          row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
+         row("tp/cp", a.critical_path.model_parallel, b.critical_path.model_parallel),
          row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
          row("step", a.step_seconds, b.step_seconds)},
         {1, 2, 3});

@@ -27,15 +27,18 @@ enum ShardplanCudaOpKind {
   kCudaOptimizer = 1,
   kCudaAllGather = 2,
   kCudaReduceScatter = 3,
-  kCudaAllReduce = 4
+  kCudaAllReduce = 4,
+  kCudaSendRecv =
+      5,  // send `input` to the next rank of the group, receive `output` from the previous
+  kCudaAllToAll = 6  // `count` elements to and from every rank of the group
 };
 
-// One CUDA stream per plan stream (planner/plan.h Stream: compute, ag, rs, outer).
-enum { kCudaStreams = 4 };
+// One CUDA stream per plan stream (planner/plan.h Stream: compute, ag, rs, outer, tp, cp).
+enum { kCudaStreams = 6 };
 
 struct ShardplanCudaOp {
   int kind;      // ShardplanCudaOpKind
-  int stream;    // 0 compute, 1 ag, 2 rs, 3 outer
+  int stream;    // 0 compute, 1 ag, 2 rs, 3 outer, 4 tp, 5 cp
   int group;     // the plan's process group (collectives)
   long long id;  // plan op id
   const long long* deps;

@@ -2,11 +2,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "models/dtype.h"
+#include "models/parallel.h"
 
 namespace shardplan {
 
@@ -41,6 +43,19 @@ struct Footprint {
   }
 };
 
+// A collective a module runs on each micro-batch over a model-parallel axis, sized as
+// nccl-tests counts it (all-gather: the gathered output; reduce-scatter: the input;
+// all-reduce: the buffer; send/recv: what each rank sends; all-to-all: each rank's send
+// buffer), per token of the micro-batch on this rank. `count` back-to-back repetitions
+// (ring attention's cp − 1 steps). docs/model.md "Tensor and context parallelism".
+struct ModuleComm {
+  CommPhase phase = CommPhase::forward;
+  CommKind kind = CommKind::all_gather;
+  MeshAxis axis = MeshAxis::tp;
+  Footprint per_token;
+  int64_t count = 1;
+};
+
 // Cost of one module's own work, per token of the micro-batch. Terms marked "ctx" scale
 // also with the sequence length (core attention), so they grow as b·s².
 struct ModuleCost {
@@ -56,6 +71,7 @@ struct ModuleCost {
   Footprint selective_kept_per_token;    // what stays saved when re-run selectively
   Footprint input_per_token;             // activation entering the module (full recompute keeps it)
   double token_fraction = 1.0;           // share of tokens this module sees (MoE expert: k/E)
+  std::vector<ModuleComm> comms;         // tensor- and context-parallel collectives
 };
 
 // A node of the module tree. Names are fully qualified ("layers.3.self_attn.q_proj");
@@ -67,6 +83,8 @@ struct Module {
   ModuleCost cost;
   std::vector<Module> children;
 };
+
+struct TransformerArch;
 
 struct ModelSpec {
   std::string name;    // "llama3-8b"
@@ -81,6 +99,10 @@ struct ModelSpec {
   int64_t num_layers = 0;
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;  // longest sequence the model accepts; 0 = no limit
+  // The architecture a transformer or MoE model was built from, so it can be rebuilt
+  // for one rank of a tensor- or context-parallel group; null for explicit models.
+  std::shared_ptr<const TransformerArch> arch;
+  ModelParallel parallel;  // what one rank of the mesh holds: {} for the whole model
 };
 
 // Visits every module, parents before children, in forward execution order.

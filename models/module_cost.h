@@ -16,13 +16,17 @@ enum class Recompute { none, selective, full };
 std::string_view recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
-// The shape of one micro-batch.
+// The shape of one micro-batch on one rank. Context parallelism splits each sequence over
+// `context_parallel` ranks: a rank holds seq_len / cp of its tokens, whose queries still
+// attend over all seq_len positions.
 struct BatchShape {
   int64_t micro_batch = 1;       // sequences
-  int64_t seq_len = 2048;        // tokens per sequence
+  int64_t seq_len = 2048;        // tokens per sequence, whole
   int64_t activation_bytes = 2;  // bytes per activation element (bf16)
+  int64_t context_parallel = 1;  // ranks each sequence is split over
 
-  int64_t tokens() const { return micro_batch * seq_len; }
+  // Tokens this rank holds.
+  int64_t tokens() const { return micro_batch * seq_len / context_parallel; }
 };
 
 // FLOPs the forward of `module` (and its subtree) executes on one micro-batch; causal

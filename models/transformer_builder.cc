@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "models/error.h"
+#include "models/integer_math.h"
 #include "models/suggest.h"
 
 namespace shardplan {
@@ -32,32 +34,108 @@ std::string join(const std::string& prefix, const std::string& local) {
   return prefix.empty() ? local : prefix + "." + local;
 }
 
+// How tensor parallelism splits a Linear (Megatron's ColumnParallelLinear and
+// RowParallelLinear): column splits the outputs (and the bias), row the inputs (the bias
+// is added after the reduction, so it stays whole); none keeps it whole on every rank,
+// where it runs on the sequence-parallel shard of the tokens (the MoE router).
+enum class Split { none, column, row };
+
+// Divisors for one rank of the mesh: `t` splits the work inside a tensor-parallel region
+// (heads, FFN columns, vocabulary), `seq` what lies in the sequence-parallel region
+// (norms, residual dropout, the inputs column-parallel layers keep for backward): t with
+// sequence parallelism, 1 without (Korthikanti et al. 2022, §4.2).
+struct Ranks {
+  double t = 1;
+  double seq = 1;
+  int64_t tp = 1;
+  bool sp = false;
+  int64_t cp = 1;
+  CpComm cp_comm = CpComm::p2p;
+};
+
+Ranks ranks_of(const ModelParallel& p) {
+  const double t = static_cast<double>(p.tp);
+  return {.t = t,
+          .seq = p.sequence_parallel ? t : 1.0,
+          .tp = p.tp,
+          .sp = p.sequence_parallel,
+          .cp = p.cp,
+          .cp_comm = p.cp_comm};
+}
+
 // A Linear y = x·Wᵀ (+ b): 2·in·out FLOPs per token; it saves its input for the weight
-// gradient unless a sibling already saved the same tensor (`saves_input` false).
+// gradient unless a sibling already saved the same tensor (`saves_input` false). Under
+// tensor parallelism a column-parallel layer keeps its input as the sequence-parallel
+// shard (re-gathered in backward), a row-parallel one its input split by t; extra saved
+// bytes (the residual dropout mask after a row-parallel layer) lie in the sequence region.
 Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType dtype,
-              bool saves_input, Footprint extra_saved = {}) {
+              bool saves_input, Footprint extra_saved = {}, Split split = Split::none,
+              const Ranks& r = {}) {
+  const auto t = r.tp;
+  const int64_t local_out = split == Split::column ? out / t : out;
+  const int64_t local_in = split == Split::row ? in / t : in;
+  const double in_kept = split == Split::row ? d(local_in) : d(in) / r.seq;
   Module m{.name = name, .type = "Linear"};
-  m.parameters.push_back(param("weight", {out, in}, dtype));
-  if (bias) m.parameters.push_back(param("bias", {out}, dtype));
+  m.parameters.push_back(param("weight", {local_out, local_in}, dtype));
+  if (bias) m.parameters.push_back(param("bias", {local_out}, dtype));
   m.cost.kind = ComputeKind::gemm;
-  m.cost.fwd_flops_per_token = 2.0 * d(in) * d(out);
-  m.cost.fwd_io_elements_per_token = d(in) + d(out);
-  m.cost.saved_per_token = saves_input ? elements(d(in)) : Footprint{};
+  const double token_share = split == Split::none ? 1.0 / r.seq : 1.0;
+  m.cost.fwd_flops_per_token = 2.0 * d(local_in) * d(local_out) * token_share;
+  m.cost.fwd_io_elements_per_token = (d(local_in) + d(local_out)) * token_share;
+  m.cost.saved_per_token = saves_input ? elements(in_kept) : Footprint{};
+  extra_saved.elements /= r.seq;
+  extra_saved.fixed_bytes /= r.seq;
   m.cost.saved_per_token += extra_saved;
-  m.cost.input_per_token = elements(d(in));
+  m.cost.input_per_token = elements(in_kept);
   return m;
 }
 
+Footprint scaled(Footprint f, double divisor) {
+  f.elements /= divisor;
+  f.fixed_bytes /= divisor;
+  return f;
+}
+
+ModuleComm comm(CommPhase phase, CommKind kind, MeshAxis axis, Footprint per_token,
+                int64_t count = 1) {
+  return ModuleComm{
+      .phase = phase, .kind = kind, .axis = axis, .per_token = per_token, .count = count};
+}
+
+// The tensor-parallel collectives of a block that enters with a column-parallel layer and
+// leaves with a row-parallel one (attention, MLP), on `width`-element activations.
+// Sequence parallel: the input is all-gathered before the column layer and the output
+// reduce-scattered after the row layer; backward all-gathers the output gradient,
+// re-gathers the saved input shard for the weight gradient and reduce-scatters the input
+// gradient (Megatron's LinearWithGradAccumulationAndAsyncCommunication). Without it: one
+// all-reduce of the output forward, of the input gradient backward.
+std::vector<ModuleComm> block_comms(const Ranks& r, int64_t width) {
+  if (r.tp == 1) return {};
+  const Footprint h = elements(d(width));
+  if (!r.sp) {
+    return {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, h),
+            comm(CommPhase::backward, CommKind::all_reduce, MeshAxis::tp, h)};
+  }
+  return {comm(CommPhase::forward, CommKind::all_gather, MeshAxis::tp, h),
+          comm(CommPhase::forward, CommKind::reduce_scatter, MeshAxis::tp, h),
+          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, h),
+          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, h),
+          comm(CommPhase::backward, CommKind::reduce_scatter, MeshAxis::tp, h)};
+}
+
 // RMSNorm saves its input and the fp32 reciprocal RMS per token; LayerNorm also the mean.
-Module norm(const std::string& name, const TransformerArch& a) {
+// Norms are replicated on every tensor-parallel rank and run on the sequence-parallel
+// shard of the tokens.
+Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
   const bool layernorm = a.norm == NormKind::layernorm;
   Module m{.name = name, .type = layernorm ? "LayerNorm" : "RMSNorm"};
   m.parameters.push_back(param("weight", {a.hidden_size}, a.dtype));
   if (layernorm && a.bias) m.parameters.push_back(param("bias", {a.hidden_size}, a.dtype));
   m.cost.kind = ComputeKind::elementwise;
-  m.cost.fwd_io_elements_per_token = 2.0 * d(a.hidden_size);
-  m.cost.saved_per_token = elements_and_fixed(d(a.hidden_size), layernorm ? 8.0 : 4.0);
-  m.cost.input_per_token = elements(d(a.hidden_size));
+  m.cost.fwd_io_elements_per_token = 2.0 * d(a.hidden_size) / r.seq;
+  m.cost.saved_per_token =
+      scaled(elements_and_fixed(d(a.hidden_size), layernorm ? 8.0 : 4.0), r.seq);
+  m.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
   return m;
 }
 
@@ -68,48 +146,87 @@ int64_t kv_dim(const TransformerArch& a) {
   return a.num_kv_heads * a.head_dim;
 }
 
-Module attention(const std::string& name, const TransformerArch& a) {
+// Context parallelism's exchange of keys and values around one attention (Transformer
+// Engine's context_parallel.py), per token of this rank; `kv` is the K and V width on this
+// tensor-parallel rank. p2p: cp − 1 ring steps, each sending the K/V chunk held (backward:
+// K/V and the dK/dV accumulated so far); all_gather: K and V gathered from all cp ranks
+// (backward: gathered again, dK/dV reduce-scattered); a2a (Ulysses): Q, K, V all-to-all
+// into a head split before attention and the output back after, mirrored in backward.
+std::vector<ModuleComm> cp_comms(const Ranks& r, double q, double kv) {
+  if (r.cp == 1) return {};
+  const auto cp = static_cast<double>(r.cp);
+  switch (r.cp_comm) {
+    case CpComm::p2p:
+      return {
+          comm(CommPhase::forward, CommKind::send_recv, MeshAxis::cp, elements(2.0 * kv), r.cp - 1),
+          comm(CommPhase::backward, CommKind::send_recv, MeshAxis::cp, elements(4.0 * kv),
+               r.cp - 1)};
+    case CpComm::all_gather:
+      return {
+          comm(CommPhase::forward, CommKind::all_gather, MeshAxis::cp, elements(2.0 * kv * cp)),
+          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::cp, elements(2.0 * kv * cp)),
+          comm(CommPhase::backward, CommKind::reduce_scatter, MeshAxis::cp,
+               elements(2.0 * kv * cp))};
+    case CpComm::a2a:
+      return {
+          comm(CommPhase::forward, CommKind::all_to_all, MeshAxis::cp, elements(q + 2.0 * kv)),
+          comm(CommPhase::forward, CommKind::all_to_all, MeshAxis::cp, elements(q)),
+          comm(CommPhase::backward, CommKind::all_to_all, MeshAxis::cp, elements(q)),
+          comm(CommPhase::backward, CommKind::all_to_all, MeshAxis::cp, elements(q + 2.0 * kv))};
+  }
+  return {};
+}
+
+// Tensor parallelism splits the heads: q, k and v are column-parallel, o_proj row-parallel.
+Module attention(const std::string& name, const TransformerArch& a, const Ranks& r) {
   const int64_t h = a.hidden_size;
   const int64_t q = q_dim(a);
   const int64_t kv = kv_dim(a);
+  const double local_q = d(q) / r.t;
+  const double local_kv = d(kv) / r.t;
+  const double local_heads = d(a.num_heads) / r.t;
   const bool qkv_bias = a.bias || a.qkv_bias;
   Module m{.name = name, .type = "Attention"};
   // q, k and v read the same normed input; it is saved once, by q_proj.
-  m.children.push_back(linear(join(name, "q_proj"), h, q, qkv_bias, a.dtype, true));
-  m.children.push_back(linear(join(name, "k_proj"), h, kv, qkv_bias, a.dtype, false));
-  m.children.push_back(linear(join(name, "v_proj"), h, kv, qkv_bias, a.dtype, false));
+  m.children.push_back(
+      linear(join(name, "q_proj"), h, q, qkv_bias, a.dtype, true, {}, Split::column, r));
+  m.children.push_back(
+      linear(join(name, "k_proj"), h, kv, qkv_bias, a.dtype, false, {}, Split::column, r));
+  m.children.push_back(
+      linear(join(name, "v_proj"), h, kv, qkv_bias, a.dtype, false, {}, Split::column, r));
 
   Module core{.name = join(name, "core_attention"),
               .type = a.flash_attention ? "FlashAttention" : "CoreAttention"};
   core.cost.kind = ComputeKind::attention;
   // Scores Q·Kᵀ and values P·V: 2·s·q each per token, before the causal discount.
-  core.cost.fwd_flops_per_token_ctx = 4.0 * d(q);
+  core.cost.fwd_flops_per_token_ctx = 4.0 * local_q;
   core.cost.causal = a.causal;
   // Flash attention's backward recomputes the scores: 5 matmuls against 2 (REFERENCES).
   core.cost.bwd_flops_factor = a.flash_attention ? 2.5 : 2.0;
-  core.cost.fwd_io_elements_per_token = d(q + 2 * kv) + d(q);
-  const Footprint qkv = elements(d(q + 2 * kv));
+  core.cost.fwd_io_elements_per_token = local_q + 2.0 * local_kv + local_q;
+  const Footprint qkv = elements(local_q + 2.0 * local_kv);
   core.cost.saved_per_token = qkv;
   if (a.flash_attention) {
     // Flash keeps only the output (saved by o_proj) and the fp32 log-sum-exp per head;
     // its dropout regenerates the mask from the RNG state.
-    core.cost.saved_per_token += fixed(4.0 * d(a.num_heads));
+    core.cost.saved_per_token += fixed(4.0 * local_heads);
   } else {
     // Softmax output per head and key (a·s per token); with dropout also the 1-byte mask
     // and the dropped-out probabilities: Korthikanti's 5·a·s²·b bytes.
-    const double heads = d(a.num_heads);
     core.cost.saved_per_token_ctx =
-        a.dropout ? elements_and_fixed(2.0 * heads, heads) : elements(heads);
+        a.dropout ? elements_and_fixed(2.0 * local_heads, local_heads) : elements(local_heads);
   }
   core.cost.selective_recompute = true;
   core.cost.selective_kept_per_token = qkv;
   core.cost.input_per_token = qkv;
+  core.cost.comms = cp_comms(r, local_q, local_kv);
   m.children.push_back(std::move(core));
 
   // o_proj saves the attention output; the residual dropout after it keeps a mask.
   m.children.push_back(linear(join(name, "o_proj"), q, h, a.bias, a.dtype, true,
-                              a.dropout ? fixed(d(h)) : Footprint{}));
-  m.cost.input_per_token = elements(d(h));
+                              a.dropout ? fixed(d(h)) : Footprint{}, Split::row, r));
+  m.cost.input_per_token = elements(d(h) / r.seq);
+  m.cost.comms = block_comms(r, h);
   return m;
 }
 
@@ -117,6 +234,7 @@ Module attention(const std::string& name, const TransformerArch& a) {
 // TransformerEngine run it) saves the gate and up outputs; GELU saves its input.
 Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
   Module m{.name = name, .type = kind == MlpKind::swiglu ? "SwiGLU" : "GELU"};
+  // `ffn` is this tensor-parallel rank's share of the columns.
   m.cost.kind = ComputeKind::elementwise;
   const double saved = kind == MlpKind::swiglu ? 2.0 * d(ffn) : d(ffn);
   m.cost.fwd_io_elements_per_token = saved + d(ffn);
@@ -125,26 +243,34 @@ Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
   return m;
 }
 
-// A dense MLP. `saves_input` is false when another module (the router) already saved the
-// same normed input; `extra_down_saved` adds what the MoE combine keeps.
+// A dense MLP: gate/up (fc1) column-parallel, down (fc2) row-parallel. `saves_input` is
+// false when another module (the router) already saved the same normed input;
+// `extra_down_saved` adds what the MoE combine keeps. `block` says whether the MLP is a
+// tensor-parallel block of its own (a dense layer's) or an expert inside the MoE block,
+// whose collectives the MoE module runs once for all experts.
 Module mlp(const std::string& name, const std::string& type, const TransformerArch& a, int64_t ffn,
-           bool saves_input, Footprint extra_down_saved) {
+           bool saves_input, Footprint extra_down_saved, const Ranks& r, bool block) {
   const int64_t h = a.hidden_size;
   Module m{.name = name, .type = type};
   Footprint down_extra = extra_down_saved;
   if (a.dropout) down_extra += fixed(d(h));
   if (a.mlp == MlpKind::swiglu) {
-    m.children.push_back(linear(join(name, "gate_proj"), h, ffn, a.bias, a.dtype, saves_input));
-    m.children.push_back(linear(join(name, "up_proj"), h, ffn, a.bias, a.dtype, false));
-    m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn));
+    m.children.push_back(linear(join(name, "gate_proj"), h, ffn, a.bias, a.dtype, saves_input, {},
+                                Split::column, r));
     m.children.push_back(
-        linear(join(name, "down_proj"), ffn, h, a.bias, a.dtype, true, down_extra));
+        linear(join(name, "up_proj"), h, ffn, a.bias, a.dtype, false, {}, Split::column, r));
+    m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn / r.tp));
+    m.children.push_back(
+        linear(join(name, "down_proj"), ffn, h, a.bias, a.dtype, true, down_extra, Split::row, r));
   } else {
-    m.children.push_back(linear(join(name, "fc1"), h, ffn, a.bias, a.dtype, saves_input));
-    m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn));
-    m.children.push_back(linear(join(name, "fc2"), ffn, h, a.bias, a.dtype, true, down_extra));
+    m.children.push_back(
+        linear(join(name, "fc1"), h, ffn, a.bias, a.dtype, saves_input, {}, Split::column, r));
+    m.children.push_back(activation(join(name, "act_fn"), a.mlp, ffn / r.tp));
+    m.children.push_back(
+        linear(join(name, "fc2"), ffn, h, a.bias, a.dtype, true, down_extra, Split::row, r));
   }
-  m.cost.input_per_token = elements(d(h));
+  m.cost.input_per_token = elements(d(h) / r.seq);
+  if (block) m.cost.comms = block_comms(r, h);
   return m;
 }
 
@@ -152,42 +278,46 @@ Module mlp(const std::string& name, const std::string& type, const TransformerAr
 // each expert sees that share of the tokens on average (uniform routing, no capacity
 // drop). Tokens are permuted into a copy per chosen expert (saved by the expert's first
 // linear), and the combine keeps each expert output and its fp32 routing weight.
-Module moe(const std::string& name, const TransformerArch& a) {
+// Tensor parallelism splits each expert as a dense MLP (Megatron's expert tensor
+// parallelism equal to tp); the block's collectives run once, on the MoE module.
+Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   const int64_t h = a.hidden_size;
   Module m{.name = name, .type = "MoE"};
   Module router = linear(join(name, "router"), h, a.num_experts, false, a.dtype, true,
-                         fixed(4.0 * d(a.num_experts)));
+                         fixed(4.0 * d(a.num_experts)), Split::none, r);
   router.type = "Router";
   m.children.push_back(std::move(router));
   const double fraction = d(a.experts_per_token) / d(a.num_experts);
   for (int64_t e = 0; e < a.num_experts; ++e) {
     Module expert = mlp(join(name, fmt::format("experts.{}", e)), "Expert", a,
-                        a.moe_ffn_hidden_size, true, elements_and_fixed(d(h), 4.0));
+                        a.moe_ffn_hidden_size, true, elements_and_fixed(d(h), 4.0), r, false);
     expert.cost.token_fraction = fraction;
     m.children.push_back(std::move(expert));
   }
   if (a.num_shared_experts > 0) {
     m.children.push_back(mlp(join(name, "shared_experts"), "SharedExpert", a,
-                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}));
+                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, false));
   }
-  m.cost.input_per_token = elements(d(h));
+  m.cost.input_per_token = elements(d(h) / r.seq);
+  m.cost.comms = block_comms(r, h);
   return m;
 }
 
-Module decoder_layer(int64_t index, const TransformerArch& a) {
+Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   const std::string name = fmt::format("layers.{}", index);
   const bool is_moe = a.num_experts > 0 && a.moe_layers[static_cast<std::size_t>(index)];
   Module layer{.name = name, .type = is_moe ? "MoEDecoderLayer" : "DecoderLayer"};
-  layer.children.push_back(norm(join(name, "input_layernorm"), a));
-  layer.children.push_back(attention(join(name, "self_attn"), a));
-  layer.children.push_back(norm(join(name, "post_attention_layernorm"), a));
+  layer.children.push_back(norm(join(name, "input_layernorm"), a, r));
+  layer.children.push_back(attention(join(name, "self_attn"), a, r));
+  layer.children.push_back(norm(join(name, "post_attention_layernorm"), a, r));
   if (is_moe) {
-    layer.children.push_back(moe(join(name, "mlp"), a));
+    layer.children.push_back(moe(join(name, "mlp"), a, r));
   } else {
-    layer.children.push_back(mlp(join(name, "mlp"), "MLP", a, a.ffn_hidden_size, true, {}));
+    layer.children.push_back(
+        mlp(join(name, "mlp"), "MLP", a, a.ffn_hidden_size, true, {}, r, true));
   }
-  // Full recompute keeps only the layer's input hidden state.
-  layer.cost.input_per_token = elements(d(a.hidden_size));
+  // Full recompute keeps only the layer's input hidden state (its sequence-parallel shard).
+  layer.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
   return layer;
 }
 
@@ -328,7 +458,14 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   return a;
 }
 
-ModelSpec build_transformer(const TransformerArch& a, std::string name, std::string source) {
+int64_t padded_vocab_size(int64_t vocab_size, int64_t tp) {
+  if (tp <= 1) return vocab_size;
+  return round_up(vocab_size, kMakeVocabSizeDivisibleBy * tp);
+}
+
+ModelSpec build_transformer(const TransformerArch& a, std::string name, std::string source,
+                            const ModelParallel& p) {
+  const Ranks r = ranks_of(p);
   ModelSpec spec;
   spec.name = std::move(name);
   spec.family = a.num_experts > 0 ? "moe" : "transformer";
@@ -339,19 +476,37 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   spec.vocab_size = a.vocab_size;
   if (a.position_embedding == PositionEmbedding::learned)
     spec.max_seq_len = a.max_position_embeddings;
+  spec.arch = std::make_shared<const TransformerArch>(a);
+  spec.parallel = p;
 
   const double h = d(a.hidden_size);
+  // Vocabulary-parallel embedding and output layer: each tensor-parallel rank holds
+  // vocab / t rows of the padded vocabulary.
+  const int64_t vocab = padded_vocab_size(a.vocab_size, p.tp);
+  const double local_vocab = d(vocab) / r.t;
   Module& root = spec.root;
   root.type = a.num_experts > 0 ? "MoECausalLM" : "CausalLM";
 
   Module embed{.name = "embed_tokens", .type = "Embedding"};
-  embed.parameters.push_back(param("weight", {a.vocab_size, a.hidden_size}, a.dtype));
+  embed.parameters.push_back(param("weight", {vocab / p.tp, a.hidden_size}, a.dtype));
   embed.cost.kind = ComputeKind::embedding;
   embed.cost.fwd_io_elements_per_token = h;
   // The backward scatters into the rows of the token ids (int64); dropout on the
-  // embedding output keeps a 1-byte mask.
-  embed.cost.saved_per_token = fixed(8.0 + (a.dropout ? h : 0.0));
+  // embedding output keeps a 1-byte mask (on the sequence-parallel shard).
+  embed.cost.saved_per_token = fixed(8.0 + (a.dropout ? h / r.seq : 0.0));
   embed.cost.input_per_token = fixed(8.0);
+  // Each rank looks up the ids in its vocabulary rows; the partial embeddings are summed:
+  // reduce-scattered into the sequence-parallel shard (its backward all-gathers the
+  // gradient), or all-reduced without sequence parallelism.
+  if (p.tp > 1) {
+    embed.cost.comms = {comm(CommPhase::forward,
+                             p.sequence_parallel ? CommKind::reduce_scatter : CommKind::all_reduce,
+                             MeshAxis::tp, elements(h))};
+    if (p.sequence_parallel) {
+      embed.cost.comms.push_back(
+          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, elements(h)));
+    }
+  }
   root.children.push_back(std::move(embed));
   if (a.position_embedding == PositionEmbedding::learned) {
     Module pos{.name = "embed_positions", .type = "Embedding"};
@@ -362,26 +517,50 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
     pos.cost.input_per_token = fixed(8.0);
     root.children.push_back(std::move(pos));
   }
-  for (int64_t i = 0; i < a.num_layers; ++i) root.children.push_back(decoder_layer(i, a));
-  root.children.push_back(norm("norm", a));
+  for (int64_t i = 0; i < a.num_layers; ++i) root.children.push_back(decoder_layer(i, a, r));
+  root.children.push_back(norm("norm", a, r));
 
-  Module head = linear("lm_head", a.hidden_size, a.vocab_size, false, a.dtype, true);
+  // The output layer is column-parallel over the vocabulary: its input is gathered like a
+  // block's (backward: re-gathered, and the input gradient reduce-scattered).
+  Module head = linear("lm_head", a.hidden_size, vocab, false, a.dtype, true, {}, Split::column, r);
   if (a.tie_embeddings) {
     head.parameters.clear();  // uses embed_tokens.weight
     head.type = "Linear(tied to embed_tokens.weight)";
   }
+  // The logits stay split over the vocabulary, so only the input side of a block's
+  // collectives runs.
+  if (p.tp > 1 && p.sequence_parallel) {
+    head.cost.comms = {
+        comm(CommPhase::forward, CommKind::all_gather, MeshAxis::tp, elements(h)),
+        comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, elements(h)),
+        comm(CommPhase::backward, CommKind::reduce_scatter, MeshAxis::tp, elements(h))};
+  } else if (p.tp > 1) {
+    head.cost.comms = {comm(CommPhase::backward, CommKind::all_reduce, MeshAxis::tp, elements(h))};
+  }
   root.children.push_back(std::move(head));
 
   // Cross entropy keeps the fp32 softmax of the logits (Korthikanti et al.: 4·s·b·v) and
-  // the int64 labels.
+  // the int64 labels. Vocabulary-parallel (Megatron's VocabParallelCrossEntropy): each rank
+  // holds its vocab / t logits and all-reduces, per token, the fp32 maximum, the target's
+  // logit and the sum of exponentials.
   Module loss{.name = "loss", .type = "CrossEntropy"};
   loss.cost.kind = ComputeKind::elementwise;
-  loss.cost.fwd_io_elements_per_token = 2.0 * d(a.vocab_size);
-  loss.cost.saved_per_token = fixed(4.0 * d(a.vocab_size) + 8.0);
-  loss.cost.input_per_token = elements(d(a.vocab_size));
+  loss.cost.fwd_io_elements_per_token = 2.0 * local_vocab;
+  loss.cost.saved_per_token = fixed(4.0 * local_vocab + 8.0);
+  loss.cost.input_per_token = elements(local_vocab);
+  if (p.tp > 1) {
+    loss.cost.comms = {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, fixed(4.0), 3)};
+  }
   root.children.push_back(std::move(loss));
   root.cost.input_per_token = fixed(8.0);
   return spec;
+}
+
+ModelSpec parallel_model(const ModelSpec& model, const ModelParallel& p) {
+  if (model.arch == nullptr) {
+    throw std::logic_error("parallel_model: " + model.name + " has no transformer architecture");
+  }
+  return build_transformer(*model.arch, model.name, model.source, p);
 }
 
 }  // namespace shardplan

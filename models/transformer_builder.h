@@ -47,9 +47,26 @@ struct TransformerArch {
 // divisibility, unknown keys); every error names the file and field.
 TransformerArch parse_transformer_arch(const JsonReader& reader, bool moe);
 
+// Megatron's --make-vocab-size-divisible-by default: under tensor parallelism the
+// vocabulary is padded to a multiple of this × tp (megatron/training/tokenizer,
+// _vocab_size_with_padding).
+inline constexpr int64_t kMakeVocabSizeDivisibleBy = 128;
+
+// The vocabulary rows the embedding and output layer hold across `tp` ranks: unpadded
+// without tensor parallelism (as Hugging Face and torchtitan models are), padded to a
+// multiple of 128 × tp with it (Megatron).
+int64_t padded_vocab_size(int64_t vocab_size, int64_t tp);
+
 // Builds the module tree (HF-style names: embed_tokens, layers.N.self_attn.q_proj, ...,
-// norm, lm_head, loss) with per-module FLOPs and saved activations; docs/model.md derives
-// every term.
-ModelSpec build_transformer(const TransformerArch& arch, std::string name, std::string source);
+// norm, lm_head, loss) with per-module FLOPs, saved activations and model-parallel
+// collectives, for one rank of the `parallel` mesh (whole model by default);
+// docs/model.md derives every term. The caller has checked that tp divides the heads, KV
+// heads and FFN widths (resolve_fsdp_config).
+ModelSpec build_transformer(const TransformerArch& arch, std::string name, std::string source,
+                            const ModelParallel& parallel = {});
+
+// The same model rebuilt for one rank of `parallel`; `model` must have an architecture
+// (transformer or MoE family).
+ModelSpec parallel_model(const ModelSpec& model, const ModelParallel& parallel);
 
 }  // namespace shardplan

@@ -11,6 +11,7 @@
 #include "models/limits.h"
 #include "models/name_table.h"
 #include "models/suggest.h"
+#include "models/transformer_builder.h"
 #include "planner/internal/fsdp_units.h"
 #include "planner/sharding.h"
 
@@ -56,6 +57,17 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 
 }  // namespace
 
+bool sequence_parallel(const FsdpConfig& config) {
+  return config.sequence_parallel.value_or(config.tp > 1);
+}
+
+ModelParallel model_parallel(const FsdpConfig& config) {
+  return {.tp = config.tp,
+          .sequence_parallel = sequence_parallel(config),
+          .cp = config.cp,
+          .cp_comm = config.cp_comm};
+}
+
 std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text) {
   return value_of(kStrategies, text);
 }
@@ -95,6 +107,11 @@ const std::vector<std::string>& fsdp_config_keys() {
   static const std::vector<std::string> keys = {"sharding_strategy",
                                                 "dp_shard",
                                                 "dp_outer",
+                                                "tp",
+                                                "sequence_parallel",
+                                                "tp_comm_overlap",
+                                                "cp",
+                                                "cp_comm",
                                                 "outer_strategy",
                                                 "unit_modules",
                                                 "bucket_bytes",
@@ -135,6 +152,8 @@ struct FieldRange {
 constexpr FieldRange kRanges[] = {
     {"dp_shard", &FsdpConfig::dp_shard, 0, limits::kMaxGpus},  // 0: GPUs ÷ dp_outer
     {"dp_outer", &FsdpConfig::dp_outer, 1, limits::kMaxGpus},
+    {"tp", &FsdpConfig::tp, 1, limits::kMaxGpus},
+    {"cp", &FsdpConfig::cp, 1, limits::kMaxGpus},
     {"forward_prefetch", &FsdpConfig::forward_prefetch, 0, kMaxDepth},
     {"backward_prefetch", &FsdpConfig::backward_prefetch, 0, kMaxDepth},
     {"max_live_grad_buffers", &FsdpConfig::max_live_grad_buffers, 1, kMaxDepth},
@@ -161,6 +180,29 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
     fail(c.micro_batch > 1 ? "micro_batch" : "seq_len",
          fmt::format("micro_batch × seq_len = {} × {} tokens exceeds {} (2^24) per micro-batch",
                      c.micro_batch, c.seq_len, limits::kMaxTokensPerMicroBatch));
+  }
+  if (c.sequence_parallel.value_or(false) && c.tp == 1) {
+    fail("sequence_parallel", "splits activations over tensor-parallel ranks; set tp > 1");
+  }
+  if (c.tp_comm_overlap && !sequence_parallel(c)) {
+    fail("tp_comm_overlap",
+         c.tp == 1 ? std::string("overlaps tensor-parallel collectives; set tp > 1")
+                   : std::string("Transformer Engine overlaps the all-gathers and reduce-scatters "
+                                 "of sequence parallelism only; set sequence_parallel: true"));
+  }
+  // Load-balanced causal context parallelism cuts each sequence into 2·cp chunks, rank r
+  // holding chunks r and 2·cp − 1 − r (Megatron's get_batch_on_this_cp_rank).
+  if (c.cp > 1 && c.seq_len % (2 * c.cp) != 0) {
+    fail("seq_len", fmt::format("context parallelism splits each sequence into 2·cp = {} "
+                                "load-balanced chunks; {} is not a multiple of {}",
+                                2 * c.cp, c.seq_len, 2 * c.cp));
+  }
+  if (sequence_parallel(c) && (c.seq_len / c.cp) % c.tp != 0) {
+    fail("seq_len",
+         fmt::format("sequence parallelism splits each rank's {} tokens (seq_len {}{}) over tp = "
+                     "{} ranks; make seq_len{} a multiple of {}",
+                     c.seq_len / c.cp, c.seq_len, c.cp > 1 ? fmt::format(" / cp {}", c.cp) : "",
+                     c.tp, c.cp > 1 ? " / cp" : "", c.tp));
   }
   // Combinations Megatron-FSDP does not support (seeds/002 README).
   const bool zero3 = sharding_traits(c).shard_params;
@@ -204,6 +246,16 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.sharding_strategy = parse_enum(r, "sharding_strategy", kStrategies, c.sharding_strategy);
   c.dp_shard = r.integer_in_or("dp_shard", 1, limits::kMaxGpus, 0);
   c.dp_outer = r.integer_in_or("dp_outer", 1, limits::kMaxGpus, 1);
+  c.tp = r.integer_in_or("tp", 1, limits::kMaxGpus, c.tp);
+  if (r.has("sequence_parallel")) c.sequence_parallel = r.boolean("sequence_parallel");
+  c.tp_comm_overlap = r.boolean_or("tp_comm_overlap", c.tp_comm_overlap);
+  c.cp = r.integer_in_or("cp", 1, limits::kMaxGpus, c.cp);
+  if (r.has("cp_comm")) {
+    const std::string text = r.string("cp_comm");
+    const std::optional<CpComm> value = parse_cp_comm(text);
+    if (!value) r.fail("cp_comm", unknown_name_message("cp_comm value", text, cp_comm_names()));
+    c.cp_comm = *value;
+  }
   c.outer_strategy = parse_enum(r, "outer_strategy", kOuter, c.outer_strategy);
   if (r.has("unit_modules")) {
     c.unit_modules = r.strings("unit_modules");
@@ -251,6 +303,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (r.has("fp8_recipe") && !c.fp8_param_gather) {
     r.fail("fp8_recipe", "only applies with fp8_param_gather: true");
   }
+  if (r.has("cp_comm") && c.cp == 1) r.fail("cp_comm", "only applies with cp > 1");
   check_fsdp_config(c, label);
   return c;
 }
@@ -260,6 +313,11 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["sharding_strategy"] = sharding_strategy_name(c.sharding_strategy);
   if (c.dp_shard > 0) j["dp_shard"] = c.dp_shard;
   j["dp_outer"] = c.dp_outer;
+  j["tp"] = c.tp;
+  if (c.tp > 1 || c.sequence_parallel) j["sequence_parallel"] = sequence_parallel(c);
+  j["tp_comm_overlap"] = c.tp_comm_overlap;
+  j["cp"] = c.cp;
+  if (c.cp > 1) j["cp_comm"] = cp_comm_name(c.cp_comm);
   j["outer_strategy"] = outer_strategy_name(c.outer_strategy);
   if (!c.unit_modules.empty()) j["unit_modules"] = c.unit_modules;
   if (c.bucket_bytes) j["bucket_bytes"] = *c.bucket_bytes;
@@ -329,27 +387,85 @@ FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::stri
   return fsdp_config_from_json(json, fsdp_config_label(file, overrides));
 }
 
+namespace {
+
+// The rules tensor and context parallelism put on the model and the cluster.
+void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const ClusterSpec& cluster,
+                          const std::string& label) {
+  if (c.tp > cluster.gpus_per_node) {
+    throw InputError(label, "/tp",
+                     fmt::format("tp = {} spans more than one NVLink domain ({} GPUs per node on "
+                                 "{}): tensor parallelism runs collectives inside every layer and "
+                                 "needs NVLink; use tp ≤ {}",
+                                 c.tp, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
+  }
+  if (c.tp == 1 && c.cp == 1) return;
+  if (model.arch == nullptr) {
+    throw InputError(label, c.tp > 1 ? "/tp" : "/cp",
+                     fmt::format("{} is an explicit model: it names no heads, projections or "
+                                 "vocabulary for tensor or context parallelism to split; use "
+                                 "tp = cp = 1, or a transformer or moe model",
+                                 model.name));
+  }
+  const TransformerArch& a = *model.arch;
+  auto divides = [&](int64_t value, const char* what, int64_t by, const char* key,
+                     const char* why) {
+    if (value % by != 0) {
+      throw InputError(label, std::string("/") + key,
+                       fmt::format("{} = {} does not divide {}'s {} {} ({})", key, by, model.name,
+                                   what, value, why));
+    }
+  };
+  const char* tp_why = "tensor parallelism splits them evenly over the tp ranks";
+  divides(a.num_heads, "num_heads", c.tp, "tp", tp_why);
+  divides(a.num_kv_heads, "num_kv_heads", c.tp, "tp", tp_why);
+  if (a.ffn_hidden_size > 0) divides(a.ffn_hidden_size, "ffn_hidden_size", c.tp, "tp", tp_why);
+  if (a.moe_ffn_hidden_size > 0)
+    divides(a.moe_ffn_hidden_size, "moe_ffn_hidden_size", c.tp, "tp", tp_why);
+  if (c.cp > 1 && c.cp_comm == CpComm::a2a) {
+    const char* why =
+        "a2a (Ulysses) trades the sequence split for a split of each tensor-parallel "
+        "rank's heads over the cp ranks";
+    divides(a.num_heads / c.tp, "heads per tp rank", c.cp, "cp", why);
+    divides(a.num_kv_heads / c.tp, "KV heads per tp rank", c.cp, "cp", why);
+  }
+}
+
+}  // namespace
+
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                const ClusterSpec& cluster, const std::string& label) {
   FsdpConfig c = config;
   const int64_t gpus = cluster.num_gpus;
+  const std::string where = fmt::format(
+      "{} on {}", cluster.nodes() == 1 ? "1 node" : fmt::format("{} nodes", cluster.nodes()),
+      cluster.name);
+  // Each factor is at most kMaxGpus (2^20), so the products below stay far from overflow
+  // once each partial product is checked against the GPU count.
+  const int64_t model_ranks = c.tp * c.cp;
+  if (model_ranks > gpus || gpus % model_ranks != 0) {
+    throw InputError(label, c.cp > 1 ? "/cp" : "/tp",
+                     fmt::format("tp × cp = {} × {} = {} does not divide the {} GPUs ({})", c.tp,
+                                 c.cp, model_ranks, gpus, where));
+  }
   if (c.dp_shard == 0) {
-    if (gpus % c.dp_outer != 0) {
-      throw InputError(
-          label, "/dp_outer",
-          fmt::format("{} GPUs cannot be split into dp_outer = {} groups", gpus, c.dp_outer));
+    if ((gpus / model_ranks) % c.dp_outer != 0) {
+      throw InputError(label, "/dp_outer",
+                       fmt::format("{} GPUs cannot be split into dp_outer = {} groups of tp × cp = "
+                                   "{} × {} ranks",
+                                   gpus, c.dp_outer, c.tp, c.cp));
     }
-    c.dp_shard = gpus / c.dp_outer;
+    c.dp_shard = gpus / model_ranks / c.dp_outer;
   }
-  if (c.dp_shard * c.dp_outer != gpus) {
-    throw InputError(
-        label, "/dp_shard",
-        fmt::format("dp_shard × dp_outer = {} × {} = {} must equal the GPU count "
-                    "{} ({} on {})",
-                    c.dp_shard, c.dp_outer, c.dp_shard * c.dp_outer, gpus,
-                    cluster.nodes() == 1 ? "1 node" : fmt::format("{} nodes", cluster.nodes()),
-                    cluster.name));
+  if (c.dp_shard * c.dp_outer * model_ranks != gpus) {
+    throw InputError(label, "/dp_shard",
+                     fmt::format("dp_outer × dp_shard × cp × tp = {} × {} × {} × {} = {} must "
+                                 "equal the GPU count {} ({})",
+                                 c.dp_outer, c.dp_shard, c.cp, c.tp,
+                                 c.dp_outer * c.dp_shard * model_ranks, gpus, where));
   }
+  c.sequence_parallel = sequence_parallel(c);
+  check_model_parallel(c, model, cluster, label);
   // Megatron-FSDP gathers MXFP8 weights module by module inside a unit (seeds/004, PR
   // #4181); the planner issues one all-gather per parameter group and cannot plan it.
   if (c.fine_grained_param_gather) {

@@ -10,6 +10,7 @@
 #include "models/dtype.h"
 #include "models/model_spec.h"
 #include "models/module_cost.h"
+#include "models/parallel.h"
 
 namespace shardplan {
 
@@ -26,10 +27,22 @@ enum class Optimizer { adam, sgd };
 // README): ZeRO-3, prefetch 1, async reduce, at most two live gradient buffers, bf16
 // parameters with fp32 main weights (preserve_fp32_weights=True), main grads and their
 // reduction in the parameter dtype (grad_reduce_in_fp32=False), Adam.
+//
+// The device mesh is dp_outer × dp_shard × cp × tp, tp innermost (Megatron's default
+// order "tp-cp-ep-dp-pp", megatron/core/parallel_state.py): FSDP shards each
+// tensor-parallel rank's weights over dp_shard × cp ranks (Megatron-FSDP's dp_shard_cp
+// dimension), HSDP replicates over dp_outer.
 struct FsdpConfig {
   ShardingStrategy sharding_strategy = ShardingStrategy::optim_grads_params;
-  int64_t dp_shard = 0;  // ranks a unit is sharded over; 0 = GPUs / dp_outer
+  int64_t dp_shard = 0;  // data-parallel ranks a unit is sharded over; 0 = GPUs / (dp_outer·cp·tp)
   int64_t dp_outer = 1;  // HSDP replica groups
+  int64_t tp = 1;        // tensor-parallel ranks
+  // Sequence parallelism across the tp ranks; unset: on when tp > 1 (Megatron-FSDP's
+  // examples always pass --sequence-parallel with TP). Read it with sequence_parallel().
+  std::optional<bool> sequence_parallel;
+  bool tp_comm_overlap = false;  // Transformer Engine's userbuffer overlap of TP collectives
+  int64_t cp = 1;                // context-parallel ranks each sequence is split over
+  CpComm cp_comm = CpComm::p2p;
   OuterStrategy outer_strategy = OuterStrategy::no_shard;
   std::vector<std::string> unit_modules;  // module-name patterns; empty = the model's own
   std::optional<int64_t> bucket_bytes;    // split larger parameter groups; none = never
@@ -53,6 +66,11 @@ struct FsdpConfig {
   Allocator allocator = Allocator::caching;
   Optimizer optimizer = Optimizer::adam;
 };
+
+// Whether the config runs sequence parallelism: as set, else when tp > 1.
+bool sequence_parallel(const FsdpConfig& config);
+// The tensor and context parallelism one rank of the config's mesh runs.
+ModelParallel model_parallel(const FsdpConfig& config);
 
 std::string_view sharding_strategy_name(ShardingStrategy s);
 std::string_view outer_strategy_name(OuterStrategy s);
@@ -92,10 +110,11 @@ std::string fsdp_config_label(const std::string& file, const std::vector<std::st
 // Loads `file` (empty: the defaults), applies `overrides` and reads the result.
 FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::string>& overrides);
 
-// Checks the config against the job: dp_shard × dp_outer must equal the GPU count
-// (dp_shard 0 is derived first), strategy combinations Megatron-FSDP supports, FP8 on a
-// GPU that has it, the sequence length the model accepts, unit patterns that match.
-// Returns the resolved config.
+// Checks the config against the job: dp_outer × dp_shard × cp × tp must equal the GPU
+// count (dp_shard 0 is derived first), tp within one NVLink domain, tp dividing the
+// model's heads, KV heads and FFN widths, strategy combinations Megatron-FSDP supports,
+// FP8 on a GPU that has it, the sequence length the model accepts, unit patterns that
+// match. Returns the resolved config (dp_shard and sequence_parallel set).
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                const ClusterSpec& cluster, const std::string& label);
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/internal/fsdp_units.h"
+#include "planner/rank_model.h"
 #include "planner/sharding.h"
 
 namespace shardplan {
@@ -19,8 +20,10 @@ double bytes_of(DType dtype) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,
+MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluster,
                                const FsdpConfig& c) {
+  const RankModel rank_model(whole, c);
+  const ModelSpec& model = rank_model.get();
   // resolve_fsdp_config has already checked the patterns against the model.
   const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
   const ShardingTraits t = sharding_traits(c);
@@ -103,9 +106,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluste
     }
   }
 
-  const BatchShape shape{.micro_batch = c.micro_batch,
-                         .seq_len = c.seq_len,
-                         .activation_bytes = dtype_bytes(c.param_dtype)};
+  const BatchShape shape = rank_batch_shape(c);
   double in_units_none = 0;
   double in_units_kept = 0;
   double largest_recompute = 0;

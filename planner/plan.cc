@@ -8,15 +8,19 @@ namespace {
 constexpr NameTable<Stream, kNumStreams> kStreams = {{{Stream::compute, "compute"},
                                                       {Stream::ag, "ag"},
                                                       {Stream::rs, "rs"},
-                                                      {Stream::outer, "outer"}}};
-constexpr NameTable<OpKind, 7> kOpKinds = {{{OpKind::all_gather, "all_gather"},
+                                                      {Stream::outer, "outer"},
+                                                      {Stream::tp, "tp"},
+                                                      {Stream::cp, "cp"}}};
+constexpr NameTable<OpKind, 9> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                             {OpKind::reduce_scatter, "reduce_scatter"},
                                             {OpKind::all_reduce, "all_reduce"},
                                             {OpKind::forward, "forward"},
                                             {OpKind::backward, "backward"},
                                             {OpKind::recompute, "recompute"},
-                                            {OpKind::optimizer_step, "optimizer_step"}}};
-constexpr NameTable<BufferRole, 11> kRoles = {
+                                            {OpKind::optimizer_step, "optimizer_step"},
+                                            {OpKind::send_recv, "send_recv"},
+                                            {OpKind::all_to_all, "all_to_all"}}};
+constexpr NameTable<BufferRole, 13> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -27,7 +31,9 @@ constexpr NameTable<BufferRole, 11> kRoles = {
      {BufferRole::unsharded_grad, "unsharded_grad"},
      {BufferRole::activations, "activations"},
      {BufferRole::recompute_activations, "recompute_activations"},
-     {BufferRole::double_buffer, "double_buffer"}}};
+     {BufferRole::double_buffer, "double_buffer"},
+     {BufferRole::tp_buffer, "tp_buffer"},
+     {BufferRole::cp_buffer, "cp_buffer"}}};
 
 }  // namespace
 
@@ -76,7 +82,8 @@ std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op) {
 }
 
 bool is_collective(OpKind kind) {
-  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter || kind == OpKind::all_reduce;
+  return kind == OpKind::all_gather || kind == OpKind::reduce_scatter ||
+         kind == OpKind::all_reduce || kind == OpKind::send_recv || kind == OpKind::all_to_all;
 }
 
 int64_t group_rank(const ProcessGroup& group, int64_t rank) {

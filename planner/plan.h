@@ -16,8 +16,12 @@ namespace shardplan {
 // plan.json schema version; bump on any incompatible change (docs/formats.md).
 inline constexpr int kPlanVersion = 4;
 
-enum class Stream { compute, ag, rs, outer };
-inline constexpr int kNumStreams = 4;
+// compute: the default stream; ag, rs, outer: FSDP's gathers, reductions and HSDP's
+// outer collectives; tp: tensor-parallel collectives overlapped with the GEMMs
+// (tp_comm_overlap); cp: ring attention's send/recv steps. Blocking tensor- and
+// context-parallel collectives run on the compute stream.
+enum class Stream { compute, ag, rs, outer, tp, cp };
+inline constexpr int kNumStreams = 6;
 enum class OpKind {
   all_gather,
   reduce_scatter,
@@ -26,6 +30,8 @@ enum class OpKind {
   backward,
   recompute,
   optimizer_step,
+  send_recv,   // each rank of the group sends to the next and receives from the previous
+  all_to_all,  // each rank sends 1/n of its buffer to every rank
 };
 enum class BufferRole {
   model_weight,           // param dtype (FP8 with fp8_param_gather), sharded under ZeRO-3
@@ -39,6 +45,8 @@ enum class BufferRole {
   activations,            // saved for backward, one unit and micro-batch
   recompute_activations,  // full recompute: re-created inside the unit's backward
   double_buffer,          // double_buffer: persistent unsharded buffers
+  tp_buffer,              // a tensor-parallel collective's output: the gathered sequence
+  cp_buffer,              // context parallelism's received K/V chunks (or gathered K/V)
 };
 
 std::string_view stream_name(Stream s);
@@ -58,7 +66,7 @@ std::vector<std::string> buffer_role_names();
 // one such family. Collectives and shards name their group by index into
 // Plan::process_groups, so every consumer splits ranks the way the planner did.
 struct ProcessGroup {
-  std::string name;  // "dp_shard", "dp_outer", "dp" (both, flattened)
+  std::string name;  // "tp", "cp", "dp_shard_cp", "dp_outer", "dp" (dp_shard_cp and dp_outer)
   int64_t size = 1;
   int64_t stride = 1;
 };
@@ -96,6 +104,16 @@ struct PlanUnit {
 
 // A contiguous run of traced modules belonging to one unit: a layer, or the root's
 // modules before and after the layers.
+// A tensor- or context-parallel collective a segment runs on each micro-batch (from its
+// modules' ModuleComm), sized for the whole micro-batch as nccl-tests counts it.
+struct SegmentComm {
+  OpKind kind = OpKind::all_gather;
+  std::string group;   // "tp" or "cp"
+  std::string module;  // the module that runs it
+  double bytes = 0;
+  int64_t count = 1;  // back-to-back repetitions (ring steps)
+};
+
 struct PlanSegment {
   int64_t id = 0;
   int64_t unit = 0;
@@ -111,6 +129,10 @@ struct PlanSegment {
   double activation_bytes = 0;       // saved for backward under the config's recompute
   double full_activation_bytes = 0;  // saved without recompute (re-created under full)
   bool checkpointed = false;         // re-run in backward under full recompute
+  // Model-parallel collectives in execution order: the forward's (re-run by a full
+  // recompute), and the backward's (with the selective recompute's re-run first).
+  std::vector<SegmentComm> forward_comms;
+  std::vector<SegmentComm> backward_comms;
 };
 
 struct PlanBuffer {
@@ -176,8 +198,9 @@ struct Plan {
   // Model FLOPs per GPU per step in the PaLM convention (3× the forward, no causal
   // discount, no recompute): the numerator of MFU.
   double model_flops = 0;
-  // Tokens each GPU processes per step (micro_batch × seq_len × grad_accum).
-  int64_t tokens_per_gpu = 0;
+  // Tokens per GPU per step: the job's tokens ÷ its GPUs, micro_batch × seq_len ×
+  // grad_accum ÷ (tp × cp) (each tensor- and context-parallel group shares its sequences).
+  double tokens_per_gpu = 0;
 };
 
 // The matmuls a compute op runs, each as (m, n, k): forward and recompute run every
@@ -186,7 +209,8 @@ struct Plan {
 // Empty for ops without a segment.
 std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op);
 
-// All-gather, reduce-scatter or all-reduce: the ops that run over a process group.
+// All-gather, reduce-scatter, all-reduce, send/recv or all-to-all: the ops that run over
+// a process group.
 bool is_collective(OpKind kind);
 
 // The index of the process group named `name`, or -1.

@@ -10,6 +10,7 @@
 #include "planner/internal/schedule.h"
 #include "planner/internal/segments.h"
 #include "planner/plan_pool.h"
+#include "planner/rank_model.h"
 #include "planner/sharding.h"
 
 namespace shardplan {
@@ -36,8 +37,9 @@ void add_persistent_buffers(Plan& plan) {
   const bool shard_grads = t.shard_grads;
   const bool shard_optimizer = t.shard_optimizer;
   const int64_t optimizer_ranks = t.optimizer_ranks;
-  const int64_t param_group = find_process_group(plan, "dp_shard");
-  const int64_t optimizer_group = find_process_group(plan, t.outer_optimizer ? "dp" : "dp_shard");
+  const int64_t param_group = find_process_group(plan, "dp_shard_cp");
+  const int64_t optimizer_group =
+      find_process_group(plan, t.outer_optimizer ? "dp" : "dp_shard_cp");
   const int64_t weight_shards = shard_params ? param_group : -1;
   const int64_t optimizer_shards = shard_optimizer ? optimizer_group : -1;
   const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
@@ -150,19 +152,26 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
   plan.num_gpus = cluster.num_gpus;
   plan.gpus_per_node = cluster.gpus_per_node;
   plan.config = c;
-  plan.process_groups = fsdp_process_groups(c);
+  plan.process_groups = mesh_process_groups(c);
   plan.non_tensor_bytes = cluster.non_tensor_bytes;
   plan.capacity_bytes = cluster.gpu.hbm_bytes;
 
-  const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
-  plan.groups = build_param_groups(model, units, c, plan.units);
-  const BatchShape shape{.micro_batch = c.micro_batch,
-                         .seq_len = c.seq_len,
-                         .activation_bytes = dtype_bytes(c.param_dtype)};
-  plan.segments = build_segments(traced_modules(model, units, trace, c, label), shape, c.recompute);
+  const RankModel rank_model(model, c);
+  const ModelSpec& local = rank_model.get();
+  const std::vector<FsdpUnit> units = find_fsdp_units(local, c.unit_modules, "config");
+  plan.groups = build_param_groups(local, units, c, plan.units);
+  const BatchShape shape = rank_batch_shape(c);
+  plan.segments = build_segments(traced_modules(local, units, trace, c, label), shape, c.recompute);
   check_activation_bytes(plan.segments, shape);
-  plan.model_flops = model_training_flops(model.root, shape) * static_cast<double>(c.grad_accum);
-  plan.tokens_per_gpu = shape.tokens() * c.grad_accum;
+  // MFU counts the whole model's FLOPs (its real vocabulary, not the padded one) shared by
+  // the tp × cp ranks of a model replica.
+  const double model_ranks = static_cast<double>(c.tp * c.cp);
+  const BatchShape whole_shape{.micro_batch = c.micro_batch,
+                               .seq_len = c.seq_len,
+                               .activation_bytes = shape.activation_bytes};
+  plan.model_flops = model_training_flops(model.root, whole_shape) *
+                     static_cast<double>(c.grad_accum) / model_ranks;
+  plan.tokens_per_gpu = static_cast<double>(whole_shape.tokens() * c.grad_accum) / model_ranks;
   add_persistent_buffers(plan);
   build_schedule(plan);
   if (assigner != nullptr) {

@@ -167,7 +167,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   plan.non_tensor_bytes = r.integer("non_tensor_bytes");
   plan.capacity_bytes = r.integer("capacity_bytes");
   plan.model_flops = r.non_negative_number("model_flops");
-  plan.tokens_per_gpu = r.positive_integer("tokens_per_gpu");
+  plan.tokens_per_gpu = r.number_in("tokens_per_gpu", 1e-9, 1e18);
   plan.config = fsdp_config_from_json(r.value("config"), label + " /config");
   if (plan.config.dp_shard == 0) r.fail("config", "dp_shard must be resolved in a plan");
   for (const JsonReader& g : r.objects("process_groups")) {

@@ -38,8 +38,28 @@ std::optional<PlanError> check_process_groups(const Plan& plan) {
                                    g.name, g.size, g.stride, plan.num_gpus)};
     }
   }
-  if (find_process_group(plan, "dp_shard") < 0) {
-    return PlanError{PlanErrorKind::bad_process_group, "no process group 'dp_shard'"};
+  // The mesh's groups, with the sizes its config gives them (sharding.h).
+  const FsdpConfig& c = plan.config;
+  const std::pair<const char*, int64_t> mesh[] = {
+      {"tp", c.tp}, {"cp", c.cp}, {"dp_shard_cp", c.dp_shard * c.cp}, {"dp_outer", c.dp_outer}};
+  for (const auto& [name, size] : mesh) {
+    const int64_t g = find_process_group(plan, name);
+    if (g < 0) {
+      return PlanError{PlanErrorKind::bad_process_group,
+                       fmt::format("no process group '{}'", name)};
+    }
+    if (plan.process_groups[static_cast<std::size_t>(g)].size != size) {
+      return PlanError{
+          PlanErrorKind::bad_process_group,
+          fmt::format("process group '{}' has {} ranks; the config's mesh gives it {}", name,
+                      plan.process_groups[static_cast<std::size_t>(g)].size, size)};
+    }
+  }
+  if (c.tp * c.cp * c.dp_shard * c.dp_outer != plan.num_gpus) {
+    return PlanError{PlanErrorKind::bad_process_group,
+                     fmt::format("the mesh dp_outer × dp_shard × cp × tp = {} × {} × {} × {} is "
+                                 "not the plan's {} GPUs",
+                                 c.dp_outer, c.dp_shard, c.cp, c.tp, plan.num_gpus)};
   }
   for (const PlanOp& op : plan.ops) {
     const bool named = op.group >= 0 && op.group < num_groups;
@@ -201,7 +221,7 @@ std::optional<PlanError> check_sizes(const Plan& plan) {
                                  plan.pool.size_bytes, plan.pool.lower_bound_bytes)};
   }
   const int64_t shard_ranks =
-      plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "dp_shard"))].size;
+      plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "dp_shard_cp"))].size;
   for (const PlanUnit& unit : plan.units) {
     int64_t elements = 0;
     for (int64_t g : unit.groups) {

@@ -108,8 +108,10 @@ class ScheduleBuilder {
         c_(plan.config),
         s_(sharding_traits(plan.config)),
         emit_(plan),
-        shard_group_(find_process_group(plan, "dp_shard")),
+        shard_group_(find_process_group(plan, "dp_shard_cp")),
         outer_group_(find_process_group(plan, "dp_outer")),
+        tp_group_(find_process_group(plan, "tp")),
+        cp_group_(find_process_group(plan, "cp")),
         gather_bytes_(c_.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c_.param_dtype))),
         grad_bytes_(static_cast<double>(dtype_bytes(c_.grad_reduce_dtype))),
         units_(plan.units.size()),
@@ -166,12 +168,14 @@ class ScheduleBuilder {
                   .writes = std::move(writes)};
   }
   void reduce_outer(int64_t unit, int64_t inner_reduce);
+  int64_t emit_work(PlanOp work, const PlanSegment& seg, const std::vector<SegmentComm>& comms,
+                    std::string_view pass);
 
   Plan& plan_;
   const FsdpConfig& c_;
   const ShardingTraits s_;
   Emitter emit_;
-  const int64_t shard_group_, outer_group_;
+  const int64_t shard_group_, outer_group_, tp_group_, cp_group_;
   const double gather_bytes_, grad_bytes_;
   std::vector<UnitBuffers> units_;
   std::vector<int64_t> double_buffers_;
@@ -183,7 +187,95 @@ class ScheduleBuilder {
   int64_t mb_ = 0;
   MicroBatchState state_{0, 0};
   int64_t step_ = -1;  // the optimizer step
+  // Overlapped model-parallel collectives the next compute op waits for.
+  std::vector<int64_t> pending_side_;
+  std::vector<int64_t> backward_side_;  // ... still running when the last backward ends
 };
+
+std::string_view comm_short_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::all_gather:
+      return "ag";
+    case OpKind::reduce_scatter:
+      return "rs";
+    case OpKind::all_reduce:
+      return "ar";
+    case OpKind::send_recv:
+      return "p2p";
+    case OpKind::all_to_all:
+      return "a2a";
+    default:
+      return "?";
+  }
+}
+
+// The transient buffer a collective needs beside the activations: an all-gather's output,
+// a reduce-scatter's full-size input, ring attention's two K/V chunks (the one attended to
+// while the next arrives: Transformer Engine's p2p_comm_buffers), an all-to-all's send and
+// receive buffers; all-reduces run in place.
+double comm_buffer_bytes(const SegmentComm& c) {
+  switch (c.kind) {
+    case OpKind::send_recv:
+    case OpKind::all_to_all:
+      return 2.0 * c.bytes;
+    case OpKind::all_reduce:
+      return 0;
+    default:
+      return c.bytes;
+  }
+}
+
+// A segment's compute op with its tensor- and context-parallel collectives (seg.*_comms).
+// Blocking ones run on the compute stream just before the compute op, so the segment takes
+// their time plus its own. Overlapped ones (ring attention's steps; tensor-parallel ones
+// under tp_comm_overlap, which Transformer Engine pipelines with the GEMMs they feed) run
+// on their own stream from when the compute op may start, slowing it while they run (the
+// simulator's overlap cost), and the next compute op waits for them: the segment takes
+// the longer of the two. One transient buffer per axis and pass holds the largest message
+// (Megatron reuses one global buffer for sequence-parallel gathers).
+int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
+                                   const std::vector<SegmentComm>& comms, std::string_view pass) {
+  work.deps.insert(work.deps.end(), pending_side_.begin(), pending_side_.end());
+  pending_side_.clear();
+  if (comms.empty()) return emit_.op(std::move(work));
+  double tp_bytes = 0, cp_bytes = 0;
+  for (const SegmentComm& c : comms) {
+    (c.group == "cp" ? cp_bytes : tp_bytes) =
+        std::max(c.group == "cp" ? cp_bytes : tp_bytes, comm_buffer_bytes(c));
+  }
+  auto buffer = [&](const char* axis, BufferRole role, double bytes) -> int64_t {
+    if (bytes <= 0) return -1;
+    const int64_t id =
+        emit_.transient(role, seg.unit, mb_, c_.param_dtype, bytes,
+                        fmt::format("{}_buffer {} {} mb{}", axis, pass, seg.label, mb_));
+    work.reads.push_back(id);
+    return id;
+  };
+  const int64_t tp_buffer = buffer("tp", BufferRole::tp_buffer, tp_bytes);
+  const int64_t cp_buffer = buffer("cp", BufferRole::cp_buffer, cp_bytes);
+  const std::vector<int64_t> start_deps = work.deps;
+  for (const SegmentComm& c : comms) {
+    const bool cp = c.group == "cp";
+    const bool overlapped = cp ? c.kind == OpKind::send_recv : c_.tp_comm_overlap;
+    const int64_t buf = cp ? cp_buffer : tp_buffer;
+    for (int64_t step = 0; step < c.count; ++step) {
+      const int64_t id = emit_.op(PlanOp{
+          .stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
+          .kind = c.kind,
+          .unit = seg.unit,
+          .micro_batch = mb_,
+          .name = fmt::format("{}_{} {} {} mb{}{}", c.group, comm_short_name(c.kind), pass,
+                              c.module, mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
+          .bytes = c.bytes,
+          .group = cp ? cp_group_ : tp_group_,
+          .deps = start_deps,
+          .reads = buf >= 0 ? std::vector<int64_t>{buf} : std::vector<int64_t>{},
+          .writes = buf >= 0 ? std::vector<int64_t>{buf} : std::vector<int64_t>{}});
+      (overlapped ? pending_side_ : work.deps).push_back(id);
+    }
+  }
+  return emit_.op(std::move(work));
+}
 
 void ScheduleBuilder::index_persistent_buffers() {
   for (const PlanBuffer& b : plan_.buffers) {
@@ -288,8 +380,9 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
                           fmt::format("fp8_transpose_cache {} mb{}", seg.label, mb));
       writes.push_back(state_.transpose_cache[u]);
     }
-    state_.last_forward = emit_.op(
-        forward_work(seg, OpKind::forward, std::move(deps), std::move(reads), std::move(writes)));
+    state_.last_forward = emit_work(
+        forward_work(seg, OpKind::forward, std::move(deps), std::move(reads), std::move(writes)),
+        seg, seg.forward_comms, "fwd");
     if (seg.unit != 0) gather_triggered_by(position++, {state_.last_forward});
   }
 }
@@ -353,7 +446,8 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
     const int64_t recomputed = emit_.transient(
         BufferRole::recompute_activations, seg.unit, mb_, c_.param_dtype, seg.full_activation_bytes,
         fmt::format("recompute_activations {} mb{}", seg.label, mb_));
-    deps.push_back(emit_.op(forward_work(seg, OpKind::recompute, deps, reads, {recomputed})));
+    deps.push_back(emit_work(forward_work(seg, OpKind::recompute, deps, reads, {recomputed}), seg,
+                             seg.forward_comms, "recompute"));
     reads.push_back(recomputed);
   }
   const bool grads = s_.shard_grads && has_grads(seg.unit);
@@ -379,18 +473,19 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
   } else {
     writes = units_[u].main_grads;
   }
-  return emit_.op(PlanOp{.stream = Stream::compute,
-                         .kind = OpKind::backward,
-                         .unit = seg.unit,
-                         .segment = seg.id,
-                         .micro_batch = mb_,
-                         .name = fmt::format("bwd {} mb{}", seg.label, mb_),
-                         .bytes = 2.0 * seg.io_bytes,
-                         .flops = seg.backward_flops,
-                         .attention_flops = seg.backward_attention_flops,
-                         .deps = std::move(deps),
-                         .reads = std::move(reads),
-                         .writes = std::move(writes)});
+  return emit_work(PlanOp{.stream = Stream::compute,
+                          .kind = OpKind::backward,
+                          .unit = seg.unit,
+                          .segment = seg.id,
+                          .micro_batch = mb_,
+                          .name = fmt::format("bwd {} mb{}", seg.label, mb_),
+                          .bytes = 2.0 * seg.io_bytes,
+                          .flops = seg.backward_flops,
+                          .attention_flops = seg.backward_attention_flops,
+                          .deps = std::move(deps),
+                          .reads = std::move(reads),
+                          .writes = std::move(writes)},
+                   seg, seg.backward_comms, "bwd");
 }
 
 void ScheduleBuilder::emit_backward(int64_t mb) {
@@ -429,13 +524,17 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
   // The root's final callback waits for every reduction still in flight, so the next
   // micro-batch (or the optimizer step) starts with none pending.
   next_start_deps_.assign(1, last_backward);
+  next_start_deps_.insert(next_start_deps_.end(), pending_side_.begin(), pending_side_.end());
+  backward_side_ = std::move(pending_side_);
+  pending_side_.clear();
   for (int64_t r : state_.reduce) {
     if (r >= 0) next_start_deps_.push_back(r);
   }
 }
 
 void ScheduleBuilder::emit_optimizer_step() {
-  std::vector<int64_t> deps, reads, writes;
+  // Any collective still overlapping the last backward.
+  std::vector<int64_t> deps = backward_side_, reads, writes;
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const UnitBuffers& unit = units_[u];
     if (last_reduce_[u] >= 0) deps.push_back(last_reduce_[u]);

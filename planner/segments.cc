@@ -41,6 +41,58 @@ bool has_own_work(const Module& m) {
          saved_ctx.elements > 0 || saved_ctx.fixed_bytes > 0;
 }
 
+OpKind op_kind_of(CommKind kind) {
+  switch (kind) {
+    case CommKind::all_gather:
+      return OpKind::all_gather;
+    case CommKind::reduce_scatter:
+      return OpKind::reduce_scatter;
+    case CommKind::all_reduce:
+      return OpKind::all_reduce;
+    case CommKind::send_recv:
+      return OpKind::send_recv;
+    case CommKind::all_to_all:
+      return OpKind::all_to_all;
+  }
+  return OpKind::all_gather;
+}
+
+SegmentComm segment_comm(const Module& m, const ModuleComm& c, const BatchShape& shape) {
+  return SegmentComm{.kind = op_kind_of(c.kind),
+                     .group = std::string(mesh_axis_name(c.axis)),
+                     .module = m.name,
+                     .bytes = c.per_token.bytes(shape.activation_bytes) *
+                              static_cast<double>(shape.tokens()) * m.cost.token_fraction,
+                     .count = c.count};
+}
+
+// The collectives of `module`'s subtree: forward ones in module order; backward ones in
+// reverse module order, each module's selective re-run (its forward collectives) before
+// its own backward ones.
+void add_comms(const Module& module, const BatchShape& shape, Recompute recompute, PlanSegment& s) {
+  std::vector<const Module*> order;
+  for_each_module(module, [&](const Module& m) { order.push_back(&m); });
+  for (const Module* m : order) {
+    for (const ModuleComm& c : m->cost.comms) {
+      if (c.phase == CommPhase::forward) s.forward_comms.push_back(segment_comm(*m, c, shape));
+    }
+  }
+  std::vector<SegmentComm> backward;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Module& m = **it;
+    const bool rerun = recompute == Recompute::selective && m.cost.selective_recompute;
+    for (const ModuleComm& c : m.cost.comms) {
+      if (c.phase == CommPhase::forward && rerun) backward.push_back(segment_comm(m, c, shape));
+    }
+    for (const ModuleComm& c : m.cost.comms) {
+      if (c.phase == CommPhase::backward) backward.push_back(segment_comm(m, c, shape));
+    }
+  }
+  // Segments run backward last module first: this module's collectives go before those
+  // of the modules already in the segment.
+  s.backward_comms.insert(s.backward_comms.begin(), backward.begin(), backward.end());
+}
+
 }  // namespace
 
 std::vector<TracedModule> traced_modules(const ModelSpec& model,
@@ -172,6 +224,7 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     const Recompute mode =
         !s.checkpointed && recompute == Recompute::full ? Recompute::none : recompute;
     s.activation_bytes += saved_activation_bytes(*t.module, shape, mode);
+    add_comms(*t.module, shape, recompute, s);
   }
   return segments;
 }

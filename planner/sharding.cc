@@ -12,18 +12,23 @@ ShardingTraits sharding_traits(const FsdpConfig& config) {
   t.post_step_gather = s == ShardingStrategy::optim || s == ShardingStrategy::optim_grads;
   t.hsdp = config.dp_outer > 1;
   t.outer_optimizer = config.outer_strategy == OuterStrategy::optim;
-  t.param_ranks = config.dp_shard;
-  t.optimizer_ranks = config.dp_shard * (t.outer_optimizer ? config.dp_outer : 1);
+  t.param_ranks = config.dp_shard * config.cp;
+  t.optimizer_ranks = t.param_ranks * (t.outer_optimizer ? config.dp_outer : 1);
   return t;
 }
 
-std::vector<ProcessGroup> fsdp_process_groups(const FsdpConfig& config) {
+std::vector<ProcessGroup> mesh_process_groups(const FsdpConfig& config) {
+  const int64_t tp = config.tp;
+  const int64_t cp = config.cp;
+  const int64_t shard = config.dp_shard * cp;
   std::vector<ProcessGroup> groups = {
-      {.name = "dp_shard", .size = config.dp_shard, .stride = 1},
-      {.name = "dp_outer", .size = config.dp_outer, .stride = config.dp_shard},
+      {.name = "tp", .size = tp, .stride = 1},
+      {.name = "cp", .size = cp, .stride = tp},
+      {.name = "dp_shard_cp", .size = shard, .stride = tp},
+      {.name = "dp_outer", .size = config.dp_outer, .stride = tp * shard},
   };
   if (sharding_traits(config).outer_optimizer) {
-    groups.push_back({.name = "dp", .size = config.dp_shard * config.dp_outer, .stride = 1});
+    groups.push_back({.name = "dp", .size = shard * config.dp_outer, .stride = tp});
   }
   return groups;
 }

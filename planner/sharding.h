@@ -25,17 +25,19 @@ struct ShardingTraits {
   bool post_step_gather = false;  // full weights kept: updated shards gathered after the step
   bool hsdp = false;              // dp_outer > 1: replicas reduce across dp_outer
   bool outer_optimizer = false;   // the optimizer is also sharded over dp_outer
-  int64_t param_ranks = 1;        // ranks a weight (and gradient) is split over: dp_shard
+  int64_t param_ranks = 1;        // ranks a weight (and gradient) is split over: dp_shard × cp
   int64_t optimizer_ranks = 1;    // ranks the optimizer state is split over
 };
 
 // The traits of a resolved config (dp_shard set).
 ShardingTraits sharding_traits(const FsdpConfig& config);
 
-// The process groups of a resolved config's mesh, innermost first: "dp_shard" (dp_shard
-// consecutive ranks: inside a node as far as they fit, where NCCL's bandwidth is),
-// "dp_outer" (dp_outer ranks, dp_shard apart), and "dp" (both, flattened) when the
-// optimizer is sharded over both (outer_strategy optim).
-std::vector<ProcessGroup> fsdp_process_groups(const FsdpConfig& config);
+// The process groups of a resolved config's mesh dp_outer × dp_shard × cp × tp, ranks laid
+// out tp innermost (Megatron's order): "tp" (tp consecutive ranks, inside one NVLink
+// domain), "cp" (cp ranks, tp apart), "dp_shard_cp" (dp_shard × cp flattened, tp apart:
+// the ranks FSDP shards each tensor-parallel shard over), "dp_outer" (dp_outer ranks,
+// tp·cp·dp_shard apart), and "dp" (dp_shard_cp and dp_outer flattened) when the optimizer
+// is sharded over both (outer_strategy optim). Every group is listed, of size 1 too.
+std::vector<ProcessGroup> mesh_process_groups(const FsdpConfig& config);
 
 }  // namespace shardplan

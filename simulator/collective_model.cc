@@ -34,13 +34,16 @@ constexpr std::array<NcclProtocol, 3> kProtocols = {NcclProtocol::ll, NcclProtoc
 
 double bus_factor(Collective op, int64_t n) {
   const double ranks = static_cast<double>(n);
+  if (op == Collective::send_recv) return 1.0;
   return op == Collective::all_reduce ? 2.0 * (ranks - 1.0) / ranks : (ranks - 1.0) / ranks;
 }
 
-constexpr NameTable<Collective, 3> kCollectiveNames = {
+constexpr NameTable<Collective, 5> kCollectiveNames = {
     {{Collective::all_gather, "all_gather"},
      {Collective::reduce_scatter, "reduce_scatter"},
-     {Collective::all_reduce, "all_reduce"}}};
+     {Collective::all_reduce, "all_reduce"},
+     {Collective::send_recv, "send_recv"},
+     {Collective::all_to_all, "all_to_all"}}};
 constexpr NameTable<NcclAlgorithm, 3> kAlgorithmNames = {
     {{NcclAlgorithm::ring, "ring"}, {NcclAlgorithm::tree, "tree"}, {NcclAlgorithm::nvls, "nvls"}}};
 constexpr NameTable<NcclProtocol, 3> kProtocolNames = {
@@ -82,6 +85,25 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
                                cluster.inter_node.measured_bus_bandwidth_bytes_per_s)
                 : cluster.intra_node.measured_bus_bandwidth_bytes_per_s;
   const double factor = bus_factor(op, n);
+  if (op == Collective::send_recv || op == Collective::all_to_all) {
+    const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
+    const double hop = nodes > 1 ? kRingNetHopUs[simple] : kRingNvlinkHopUs[simple];
+    double busbw = ring_busbw;
+    if (op == Collective::all_to_all && nodes > 1) {
+      const double n_nodes = static_cast<double>(nodes);
+      busbw = std::min(
+          cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
+          cluster.inter_node.measured_bus_bandwidth_bytes_per_s * n_nodes / (n_nodes - 1.0));
+    }
+    best.latency_seconds = (kRingBaseUs[simple] + hop) * 1e-6;
+    best.seconds = best.latency_seconds + bytes * factor / busbw;
+    best.link_bus_bandwidth = busbw;
+    best.algorithm = NcclAlgorithm::ring;
+    best.protocol = NcclProtocol::simple;
+    best.algbw_bytes_per_s = bytes / best.seconds;
+    best.busbw_bytes_per_s = best.algbw_bytes_per_s * factor;
+    return best;
+  }
   best.seconds = INFINITY;
   auto consider = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us,
                       double busbw) {

@@ -10,7 +10,7 @@
 
 namespace shardplan {
 
-enum class Collective { all_gather, reduce_scatter, all_reduce };
+enum class Collective { all_gather, reduce_scatter, all_reduce, send_recv, all_to_all };
 enum class NcclAlgorithm { ring, tree, nvls };
 enum class NcclProtocol { ll, ll128, simple };
 
@@ -31,8 +31,10 @@ struct RankLayout {
 
 // The predicted cost of one collective, in the nccl-tests conventions: `bytes` is the
 // size nccl-tests reports (all-gather: the gathered output; reduce-scatter: the input;
-// all-reduce: the buffer), algbw = bytes / time, busbw = algbw × (n−1)/n for all-gather
-// and reduce-scatter and × 2(n−1)/n for all-reduce.
+// all-reduce: the buffer; send/recv: what each rank sends to the next, a ring shift;
+// all-to-all: each rank's send buffer), algbw = bytes / time, busbw = algbw × (n−1)/n for
+// all-gather, reduce-scatter and all-to-all, × 2(n−1)/n for all-reduce, × 1 for send/recv
+// (nccl-tests doc/PERFORMANCE.md, src/sendrecv.cu, src/alltoall.cu).
 struct CollectiveEstimate {
   double seconds = 0;
   double latency_seconds = 0;  // the size-independent part
@@ -48,7 +50,13 @@ struct CollectiveEstimate {
 // tuner picks. Ring: base + (steps − inter-node steps) × NVLink hop + inter-node steps ×
 // network hop, at the tier's measured bus bandwidth (a ring crossing nodes runs at the
 // slower tier). Tree (all-reduce across nodes): log2(nodes) network hops each way.
-// NVLS (all-reduce inside an NVSwitch node that has it). A single rank costs nothing.
+// NVLS (all-reduce inside an NVSwitch node that has it). Send/recv and all-to-all are
+// point-to-point transfers NCCL's tuner does not model: one Simple-protocol hop of latency
+// (base + hop on the slowest tier crossed); a ring shift moves each rank's bytes to its
+// neighbour at the tier's ring bus bandwidth (a ring collective's busbw is exactly that
+// per-neighbour rate), an all-to-all at the NVLink busbw inside a node and, across N
+// nodes, at N/(N−1) × one NIC (nccl-tests #130, #267: all-to-all cannot aggregate a
+// node's NICs). A single rank costs nothing.
 CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
                                        const RankLayout& layout);
 

@@ -33,10 +33,14 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
                   op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.optimizer_efficiency)};
     case OpKind::all_gather:
     case OpKind::reduce_scatter:
-    case OpKind::all_reduce: {
+    case OpKind::all_reduce:
+    case OpKind::send_recv:
+    case OpKind::all_to_all: {
       const Collective c = op.kind == OpKind::all_gather       ? Collective::all_gather
                            : op.kind == OpKind::reduce_scatter ? Collective::reduce_scatter
-                                                               : Collective::all_reduce;
+                           : op.kind == OpKind::all_reduce     ? Collective::all_reduce
+                           : op.kind == OpKind::send_recv      ? Collective::send_recv
+                                                               : Collective::all_to_all;
       if (op.group < 0 || op.bytes <= 0) return {};
       const RankLayout layout =
           group_layout(plan, plan.process_groups[static_cast<std::size_t>(op.group)]);

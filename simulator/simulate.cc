@@ -16,7 +16,7 @@ using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirection
 // Edges: every dependency, and each op's predecessor on its stream.
 Graph op_graph(const Plan& plan) {
   Graph g(plan.ops.size());
-  std::vector<int64_t> last_on_stream(4, -1);
+  std::vector<int64_t> last_on_stream(kNumStreams, -1);
   for (const PlanOp& op : plan.ops) {
     const auto v = static_cast<std::size_t>(op.id);
     for (int64_t d : op.deps) boost::add_edge(static_cast<std::size_t>(d), v, g);
@@ -34,8 +34,10 @@ struct Running {
   double work_left;     // seconds of work at rate 1
 };
 
+// By kind, not stream: blocking tensor- and context-parallel collectives run on the
+// compute stream, and share their links with whatever else is moving.
 bool is_collective(const PlanOp& op) {
-  return op.stream != Stream::compute;
+  return shardplan::is_collective(op.kind);
 }
 
 // Runs the event loop; fills start and end per op.
@@ -273,7 +275,15 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
     const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
     const double d = end[static_cast<std::size_t>(id)] - start[static_cast<std::size_t>(id)];
     PathBreakdown& p = s.critical_path;
+    if (op.stream == Stream::tp || op.stream == Stream::cp ||
+        (op.stream == Stream::compute && is_collective(op))) {
+      p.model_parallel += d;
+      continue;
+    }
     switch (op.stream) {
+      case Stream::tp:
+      case Stream::cp:
+        break;
       case Stream::compute:
         (op.kind == OpKind::optimizer_step ? p.optimizer : p.compute) += d;
         break;

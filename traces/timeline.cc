@@ -23,33 +23,62 @@ double uncovered(double a, double b, const std::vector<std::pair<double, double>
 
 }  // namespace
 
+namespace {
+
+// The union of `spans`, sorted and disjoint.
+std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> spans) {
+  std::sort(spans.begin(), spans.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& span : spans) {
+    if (!out.empty() && span.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, span.second);
+    } else {
+      out.push_back(span);
+    }
+  }
+  return out;
+}
+
+bool is_collective_kind(const std::string& kind) {
+  return kind == "all_gather" || kind == "reduce_scatter" || kind == "all_reduce" ||
+         kind == "send_recv" || kind == "all_to_all";
+}
+
+}  // namespace
+
 void summarize_streams(Timeline& t) {
   TimelineSummary& s = t.summary;
   s.compute_seconds = s.exposed_all_gather_seconds = s.exposed_reduce_scatter_seconds =
-      s.exposed_outer_seconds = 0;
-  // Busy time is the union of the compute ops: a planned compute stream runs one op at a
-  // time, but a measured one may be several GPU streams whose kernels overlap.
-  std::vector<std::pair<double, double>> spans;
+      s.exposed_outer_seconds = s.exposed_model_parallel_seconds = 0;
+  // Busy time is a union: a planned compute stream runs one op at a time, but a measured
+  // one may be several GPU streams whose kernels overlap. The compute stream also runs
+  // blocking collectives (tensor- and context-parallel ones, reductions without
+  // async_reduce): they keep it from computing, so they are not compute time, but FSDP
+  // traffic under them is not what holds the stream up either.
+  std::vector<std::pair<double, double>> compute_spans, stream_spans, model_parallel_spans;
   double executed_flops = 0;
   for (const TimelineOp& op : t.ops) {
+    const bool collective = is_collective_kind(op.kind);
+    const bool model_parallel = op.stream == "tp" || op.stream == "cp" ||
+                                (op.stream == "compute" && collective &&
+                                 (op.name.starts_with("tp_") || op.name.starts_with("cp_")));
+    if (model_parallel && op.end > op.start) model_parallel_spans.emplace_back(op.start, op.end);
     if (op.stream != "compute") continue;
-    if (op.end > op.start) spans.emplace_back(op.start, op.end);
+    if (op.end > op.start) {
+      stream_spans.emplace_back(op.start, op.end);
+      if (!collective) compute_spans.emplace_back(op.start, op.end);
+    }
     executed_flops += op.flops;
   }
-  std::sort(spans.begin(), spans.end());
-  std::vector<std::pair<double, double>> busy;
-  for (const auto& span : spans) {
-    if (!busy.empty() && span.first <= busy.back().second) {
-      busy.back().second = std::max(busy.back().second, span.second);
-    } else {
-      busy.push_back(span);
-    }
-  }
-  for (const auto& [a, b] : busy) s.compute_seconds += b - a;
+  const auto compute = merged(std::move(compute_spans));
+  const auto stream = merged(std::move(stream_spans));
+  for (const auto& [a, b] : compute) s.compute_seconds += b - a;
+  for (const auto& [a, b] : merged(std::move(model_parallel_spans)))
+    s.exposed_model_parallel_seconds += uncovered(a, b, compute);
   // Other streams ("comm": broadcasts, all-to-all of a measured step) count in no column.
   for (const TimelineOp& op : t.ops) {
     if (op.stream != "ag" && op.stream != "rs" && op.stream != "outer") continue;
-    const double exposed = uncovered(op.start, op.end, busy);
+    const double exposed = uncovered(op.start, op.end, stream);
     (op.stream == "ag"   ? s.exposed_all_gather_seconds
      : op.stream == "rs" ? s.exposed_reduce_scatter_seconds
                          : s.exposed_outer_seconds) += exposed;
@@ -88,6 +117,7 @@ nlohmann::json timeline_to_json(const Timeline& t) {
             {"exposed_all_gather_seconds", s.exposed_all_gather_seconds},
             {"exposed_reduce_scatter_seconds", s.exposed_reduce_scatter_seconds},
             {"exposed_outer_seconds", s.exposed_outer_seconds},
+            {"exposed_model_parallel_seconds", s.exposed_model_parallel_seconds},
             {"peak_allocated_bytes", s.peak_allocated_bytes},
             {"peak_reserved_bytes", s.peak_reserved_bytes},
             {"capacity_bytes", s.capacity_bytes},
@@ -97,7 +127,8 @@ nlohmann::json timeline_to_json(const Timeline& t) {
               {"all_gather", p.all_gather},
               {"reduce_scatter", p.reduce_scatter},
               {"outer", p.outer},
-              {"optimizer", p.optimizer}}}}},
+              {"optimizer", p.optimizer},
+              {"model_parallel", p.model_parallel}}}}},
           {"critical_path", t.critical_path},
           {"ops", std::move(ops)},
           {"memory", std::move(memory)}};
@@ -130,16 +161,22 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
   m.exposed_all_gather_seconds = s.non_negative_number("exposed_all_gather_seconds");
   m.exposed_reduce_scatter_seconds = s.non_negative_number("exposed_reduce_scatter_seconds");
   m.exposed_outer_seconds = s.non_negative_number("exposed_outer_seconds");
+  // Absent from timelines written before tensor and context parallelism.
+  m.exposed_model_parallel_seconds = s.has("exposed_model_parallel_seconds")
+                                         ? s.non_negative_number("exposed_model_parallel_seconds")
+                                         : 0.0;
   m.peak_allocated_bytes = s.integer("peak_allocated_bytes");
   m.peak_reserved_bytes = s.integer("peak_reserved_bytes");
   m.capacity_bytes = s.integer("capacity_bytes");
   m.fits = s.boolean("fits");
   const JsonReader p = s.object("critical_path");
-  m.critical_path = {.compute = p.non_negative_number("compute"),
-                     .all_gather = p.non_negative_number("all_gather"),
-                     .reduce_scatter = p.non_negative_number("reduce_scatter"),
-                     .outer = p.non_negative_number("outer"),
-                     .optimizer = p.non_negative_number("optimizer")};
+  m.critical_path = {
+      .compute = p.non_negative_number("compute"),
+      .all_gather = p.non_negative_number("all_gather"),
+      .reduce_scatter = p.non_negative_number("reduce_scatter"),
+      .outer = p.non_negative_number("outer"),
+      .optimizer = p.non_negative_number("optimizer"),
+      .model_parallel = p.has("model_parallel") ? p.non_negative_number("model_parallel") : 0.0};
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops"});
     TimelineOp op{.op = o.integer("op"),

@@ -37,6 +37,7 @@ struct PathBreakdown {
   double reduce_scatter = 0;  // the dp_shard reduce-scatters (all-reduces without sharding)
   double outer = 0;           // dp_outer collectives (HSDP)
   double optimizer = 0;
+  double model_parallel = 0;  // tensor- and context-parallel collectives
 };
 
 struct TimelineSummary {
@@ -49,6 +50,9 @@ struct TimelineSummary {
   double exposed_all_gather_seconds = 0;
   double exposed_reduce_scatter_seconds = 0;
   double exposed_outer_seconds = 0;
+  // Tensor- and context-parallel collectives (tp, cp streams, and those blocking the
+  // compute stream) while no compute runs.
+  double exposed_model_parallel_seconds = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;
   int64_t capacity_bytes = 0;

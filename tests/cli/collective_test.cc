@@ -76,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
     Collective, CollectiveRejects,
     ::testing::Values(
         BadCollective{
-            "op", {"--op", "all_to_all", "--bytes", "1K"}, "unknown collective 'all_to_all'"},
+            "op", {"--op", "broadcast", "--bytes", "1K"}, "unknown collective 'broadcast'"},
         BadCollective{
             "unit", {"--op", "all_reduce", "--bytes", "3 parsecs"}, "--bytes: unknown unit"},
         BadCollective{"size", {"--op", "all_reduce", "--bytes", "-5"}, "--bytes: must be positive"},

@@ -209,12 +209,12 @@ std::vector<ErrorCase> error_cases() {
   cases.push_back({"config_dp_shard_not_gpu_count",
                    {"describe", "--config", "@c.json", "--json"},
                    "@c.json: /dp_shard",
-                   {"3 × 1 = 3", "must equal the GPU count 8"},
+                   {"1 × 3 × 1 × 1 = 3", "must equal the GPU count 8"},
                    {{"c.json", R"({"dp_shard": 3})"}}});
   cases.push_back({"set_dp_shard_not_gpu_count",
                    {"describe", "--set", "dp_shard=3", "--json"},
                    "config (with flags): /dp_shard",
-                   {"3 × 1 = 3", "must equal the GPU count 8"}});
+                   {"1 × 3 × 1 × 1 = 3", "must equal the GPU count 8"}});
   cases.push_back({"set_dp_shard_zero",
                    {"describe", "--set", "dp_shard=0", "--json"},
                    "config (with flags): /dp_shard",

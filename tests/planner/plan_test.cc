@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
 #include "tests/planner/tiny_plan.h"
@@ -31,26 +33,32 @@ TEST(ProcessGroup, PositionsAndInstancesOfAnHsdpMesh) {
 
 TEST(ProcessGroup, ThePlanNamesItsGroupsAndEveryCollectiveUsesOne) {
   const Plan plan = tiny_plan({{"dp_outer", 2}, {"outer_strategy", "optim"}});
-  ASSERT_EQ(plan.process_groups.size(), 3u);
-  EXPECT_EQ(plan.process_groups[0].name, "dp_shard");
-  EXPECT_EQ(plan.process_groups[0].size, 2);
-  EXPECT_EQ(plan.process_groups[1].name, "dp_outer");
-  EXPECT_EQ(plan.process_groups[1].stride, 2);
-  EXPECT_EQ(plan.process_groups[2].name, "dp");
-  EXPECT_EQ(plan.process_groups[2].size, 4);
+  // tp, cp, dp_shard_cp, dp_outer, dp; tp = cp = 1 here.
+  ASSERT_EQ(plan.process_groups.size(), 5u);
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> expected = {
+      {"tp", 1, 1}, {"cp", 1, 1}, {"dp_shard_cp", 2, 1}, {"dp_outer", 2, 2}, {"dp", 4, 1}};
+  for (std::size_t g = 0; g < expected.size(); ++g) {
+    EXPECT_EQ(plan.process_groups[g].name, std::get<0>(expected[g]));
+    EXPECT_EQ(plan.process_groups[g].size, std::get<1>(expected[g])) << g;
+    EXPECT_EQ(plan.process_groups[g].stride, std::get<2>(expected[g])) << g;
+  }
   int outer_ops = 0;
   for (const PlanOp& op : plan.ops) {
     ASSERT_EQ(op.group >= 0, is_collective(op.kind)) << op.name;
     if (op.name.rfind("outer_", 0) == 0) {
-      EXPECT_EQ(op.group, 1) << op.name;
+      EXPECT_EQ(op.group, 3) << op.name;
       ++outer_ops;
     }
   }
   EXPECT_GT(outer_ops, 0);
   // Optimizer state is split over both dimensions; weights and gradients over dp_shard.
   for (const PlanBuffer& b : plan.buffers) {
-    if (b.role == BufferRole::optimizer_state) EXPECT_EQ(b.shard_group, 2) << b.name;
-    if (b.role == BufferRole::model_weight) EXPECT_EQ(b.shard_group, 0) << b.name;
+    if (b.role == BufferRole::optimizer_state) {
+      EXPECT_EQ(b.shard_group, 4) << b.name;
+    }
+    if (b.role == BufferRole::model_weight) {
+      EXPECT_EQ(b.shard_group, 2) << b.name;
+    }
   }
 }
 

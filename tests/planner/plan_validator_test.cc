@@ -104,10 +104,16 @@ TEST(PlanValidator, SizesThatDoNotAddUp) {
 
 TEST(PlanValidator, ProcessGroupsThatDoNotTileOrAreNotNamed) {
   Plan plan = tiny_plan();
-  plan.process_groups[1].stride = 3;  // dp_outer: 1 rank 3 apart does not tile 4 GPUs
+  const auto shard = static_cast<std::size_t>(find_process_group(plan, "dp_shard_cp"));
+  const auto outer = static_cast<std::size_t>(find_process_group(plan, "dp_outer"));
+  plan.process_groups[outer].stride = 3;  // dp_outer: 1 rank 3 apart does not tile 4 GPUs
   EXPECT_EQ(error_kind(plan), PlanErrorKind::bad_process_group);
   plan = tiny_plan();
-  plan.process_groups[0].name = "shard";
+  plan.process_groups[shard].name = "shard";
+  EXPECT_EQ(error_kind(plan), PlanErrorKind::bad_process_group);
+  // A mesh group whose size is not the config's.
+  plan = tiny_plan();
+  plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "tp"))].size = 2;
   EXPECT_EQ(error_kind(plan), PlanErrorKind::bad_process_group);
   for (const int64_t group : {int64_t{-1}, int64_t{7}}) {
     plan = tiny_plan();

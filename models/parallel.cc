@@ -1,0 +1,40 @@
+#include "models/parallel.h"
+
+#include "models/name_table.h"
+
+namespace shardplan {
+namespace {
+
+constexpr NameTable<CpComm, 3> kCpComms = {{
+    {CpComm::p2p, "p2p"},
+    {CpComm::all_gather, "all_gather"},
+    {CpComm::a2a, "a2a"},
+}};
+constexpr NameTable<MeshAxis, 2> kAxes = {{{MeshAxis::tp, "tp"}, {MeshAxis::cp, "cp"}}};
+constexpr NameTable<CommKind, 5> kCommKinds = {{
+    {CommKind::all_gather, "all_gather"},
+    {CommKind::reduce_scatter, "reduce_scatter"},
+    {CommKind::all_reduce, "all_reduce"},
+    {CommKind::send_recv, "send_recv"},
+    {CommKind::all_to_all, "all_to_all"},
+}};
+
+}  // namespace
+
+std::string_view cp_comm_name(CpComm c) {
+  return name_of(kCpComms, c);
+}
+std::optional<CpComm> parse_cp_comm(std::string_view text) {
+  return value_of(kCpComms, text);
+}
+std::vector<std::string> cp_comm_names() {
+  return names_of(kCpComms);
+}
+std::string_view mesh_axis_name(MeshAxis a) {
+  return name_of(kAxes, a);
+}
+std::string_view comm_kind_name(CommKind k) {
+  return name_of(kCommKinds, k);
+}
+
+}  // namespace shardplan
