@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace shardplan {
@@ -149,6 +150,11 @@ class CpuBackend final : public ExecutorBackend {
     if (options_.check) {
       for (const BufferSpan& s : reads) check_canary(op, s);
     }
+    if (is_model_parallel(op, writes)) {
+      model_parallel(op, writes[0]);
+      written_[writes[0].buffer->id] = fingerprint(writes[0].data, writes[0].bytes);
+      return;
+    }
     switch (op.kind) {
       case OpKind::forward:
       case OpKind::recompute:
@@ -167,6 +173,9 @@ class CpuBackend final : public ExecutorBackend {
       case OpKind::all_reduce:
         reduce(op, reads, writes);
         break;
+      case OpKind::send_recv:
+      case OpKind::all_to_all:
+        throw std::logic_error(fmt::format("op {} '{}' writes no tp or cp buffer", op.id, op.name));
     }
     for (const BufferSpan& s : writes) {
       if (!s.buffer->persistent) written_[s.buffer->id] = fingerprint(s.data, s.bytes);
@@ -319,6 +328,91 @@ class CpuBackend final : public ExecutorBackend {
           store(w.data + k * e, e, (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
       } else {
         std::memcpy(w.data + result_start * e, result.data(), result.size());
+      }
+    }
+  }
+
+  // A tensor- or context-parallel collective on activation-like data: each rank's input is
+  // a pattern of its position in the group and the op, so every rank can check what it
+  // received (gathered chunks, sums, the ring neighbour's chunk, every peer's block).
+  void model_parallel(const PlanOp& op, const BufferSpan& buffer) {
+    MPI_Comm c = comm(op);
+    int p = 0, me = 0;
+    MPI_Comm_size(c, &p);
+    MPI_Comm_rank(c, &me);
+    const int64_t e = dtype_bytes(buffer.buffer->dtype);
+    const CollectivePart part = model_parallel_part(op, buffer, me, p, e);
+    auto pattern = [&](int q, int64_t j) { return activation_byte(q, op.id, j); };
+    auto fill = [&](std::byte* data, int64_t bytes, int q, int64_t from) {
+      for (int64_t j = 0; j < bytes; ++j) data[j] = pattern(q, from + j);
+    };
+    const int64_t chunk = part.input_bytes;
+    switch (op.kind) {
+      case OpKind::all_gather: {
+        fill(part.input, chunk, me, me * chunk);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, part.output, static_cast<int>(chunk),
+                      MPI_BYTE, c);
+        if (!options_.check) break;
+        for (int64_t j = 0; j < part.output_bytes; ++j) {
+          if (part.output[j] != pattern(static_cast<int>(j / chunk), j))
+            fail(op, buffer, j, fmt::format("does not hold the group's rank {} chunk", j / chunk));
+        }
+        break;
+      }
+      case OpKind::reduce_scatter:
+      case OpKind::all_reduce: {
+        // Small integers, so sums never overflow an element (Open MPI's vectorised sums
+        // of 16-bit integers saturate rather than wrap).
+        const int64_t elements = part.input_bytes / e;
+        auto value = [&](int q, int64_t k) { return gradient_value(q, op.id, k, 0); };
+        for (int64_t k = 0; k < elements; ++k) store(part.input + k * e, e, value(me, k));
+        const bool all = op.kind == OpKind::all_reduce;
+        if (all) {
+          MPI_Allreduce(MPI_IN_PLACE, part.output, static_cast<int>(elements), element_type(e),
+                        MPI_SUM, c);
+        } else {
+          std::vector<std::byte> send(part.input, part.input + part.input_bytes);
+          const std::vector<int> counts(static_cast<std::size_t>(p),
+                                        static_cast<int>(elements / p));
+          MPI_Reduce_scatter(send.data(), part.output, counts.data(), element_type(e), MPI_SUM, c);
+        }
+        if (!options_.check) break;
+        const int64_t first = all ? 0 : me * (part.output_bytes / e);  // element of the input
+        for (int64_t k = 0; k < part.output_bytes / e; ++k) {
+          uint64_t sum = 0;
+          for (int q = 0; q < p; ++q) sum += value(q, first + k);
+          if (sum != load(part.output + k * e, e))
+            fail(op, buffer, part.output - buffer.data + k * e,
+                 "the reduction is not the sum over the group");
+        }
+        break;
+      }
+      case OpKind::send_recv: {
+        fill(part.input, chunk, me, 0);
+        const int next = (me + 1) % p, prev = (me + p - 1) % p;
+        MPI_Sendrecv(part.input, static_cast<int>(chunk), MPI_BYTE, next, 0, part.output,
+                     static_cast<int>(chunk), MPI_BYTE, prev, 0, c, MPI_STATUS_IGNORE);
+        if (!options_.check) break;
+        for (int64_t j = 0; j < chunk; ++j) {
+          if (part.output[j] != pattern(prev, j))
+            fail(op, buffer, chunk + j,
+                 fmt::format("is not the chunk of the previous rank {}", prev));
+        }
+        break;
+      }
+      default: {  // all_to_all: block q of the send buffer goes to rank q
+        const int64_t block = part.input_bytes / p;
+        fill(part.input, part.input_bytes, me, 0);
+        MPI_Alltoall(part.input, static_cast<int>(block), MPI_BYTE, part.output,
+                     static_cast<int>(block), MPI_BYTE, c);
+        if (!options_.check) break;
+        for (int64_t j = 0; j < block * p; ++j) {
+          const int q = static_cast<int>(j / block);
+          if (part.output[j] != pattern(q, me * block + j % block))
+            fail(op, buffer, part.input_bytes + j,
+                 fmt::format("is not rank {}'s block for this rank", q));
+        }
+        break;
       }
     }
   }

@@ -115,7 +115,58 @@ class CudaBackend final : public ExecutorBackend {
                        ? static_cast<int>(group_rank(
                              plan_->process_groups[static_cast<std::size_t>(op.group)], rank_))
                        : 0;
+    if (is_model_parallel(op, writes)) {
+      // Tensor- and context-parallel collectives, in NCCL's in-place layouts.
+      const int64_t e = dtype_bytes(writes[0].buffer->dtype);
+      const CollectivePart part = model_parallel_part(op, writes[0], me, p, e);
+      c.element_bytes = static_cast<int>(e);
+      c.input = part.input;
+      c.output = part.output;
+      switch (op.kind) {
+        case OpKind::all_gather:
+          c.kind = kCudaAllGather;  // counted in bytes (uint8)
+          c.element_bytes = 1;
+          c.count = part.input_bytes;
+          break;
+        case OpKind::reduce_scatter:
+          c.kind = kCudaReduceScatter;
+          c.count = part.output_bytes / e;
+          break;
+        case OpKind::all_reduce:
+          c.kind = kCudaAllReduce;
+          c.count = part.output_bytes / e;
+          break;
+        case OpKind::send_recv:
+          c.kind = kCudaSendRecv;
+          c.element_bytes = 1;
+          c.count = part.input_bytes;
+          break;
+        default:
+          c.kind = kCudaAllToAll;
+          c.element_bytes = 1;
+          c.count = part.input_bytes / std::max(p, 1);
+          break;
+      }
+      calls.push_back(c);
+    } else {
+      fsdp_calls(c, op, reads, writes, p, me, calls);
+    }
+    if (calls.empty()) calls.push_back(c);
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      calls[k].part = static_cast<int>(k);
+      calls[k].parts = static_cast<int>(calls.size());
+      check(run_(context_, &calls[k], &error_));
+    }
+  }
+
+  // Compute, the optimizer step and FSDP's collectives: one call per parameter group.
+  void fsdp_calls(ShardplanCudaOp c, const PlanOp& op, const std::vector<BufferSpan>& reads,
+                  const std::vector<BufferSpan>& writes, int p, int me,
+                  std::vector<ShardplanCudaOp>& calls) {
     switch (op.kind) {
+      case OpKind::send_recv:
+      case OpKind::all_to_all:
+        break;  // only tensor- and context-parallel ones exist
       case OpKind::forward:
       case OpKind::backward:
       case OpKind::recompute:
@@ -167,12 +218,6 @@ class CudaBackend final : public ExecutorBackend {
           calls.push_back(c);
         }
         break;
-    }
-    if (calls.empty()) calls.push_back(c);
-    for (std::size_t k = 0; k < calls.size(); ++k) {
-      calls[k].part = static_cast<int>(k);
-      calls[k].parts = static_cast<int>(calls.size());
-      check(run_(context_, &calls[k], &error_));
     }
   }
 

@@ -47,6 +47,7 @@ struct Context {
   cudaStream_t streams[kCudaStreams] = {};
   cublasHandle_t blas = nullptr;
   std::vector<ncclComm_t> comms;  // one per plan process group; null for a single rank
+  std::vector<int> group_ranks, group_rank;  // each group's size and this rank's place
   cudaEvent_t step_start = nullptr;
   std::vector<cudaEvent_t> starts, ends;
   std::vector<char> ran;
@@ -118,6 +119,8 @@ extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
   if (FAILED(cublasCreate(&c->blas))) return 1;
   c->comms.assign(static_cast<std::size_t>(num_groups), nullptr);
   for (int g = 0; g < num_groups; ++g) {
+    c->group_ranks.push_back(groups[g].ranks);
+    c->group_rank.push_back(groups[g].rank);
     if (groups[g].ranks <= 1) continue;
     ncclUniqueId id;
     static_assert(sizeof id <= sizeof groups[g].id);
@@ -161,10 +164,32 @@ extern "C" int shardplan_cuda_begin_step(void* context, ShardplanCudaError* erro
 
 namespace {
 
-// One NCCL collective of the op; false (and `error` set) when NCCL fails.
-bool collective(const ShardplanCudaOp* op, ncclComm_t comm, cudaStream_t stream,
-                ShardplanCudaError* error) {
+// One NCCL collective of the op; false (and `error` set) when NCCL fails. Send/recv is a
+// ring shift (to the next rank, from the previous: context parallelism's K/V ring, as
+// nccl-tests' sendrecv); all-to-all one send and one receive per peer (NCCL has no
+// all-to-all call: nccl-tests' alltoall does the same), both inside one NCCL group.
+bool collective(const ShardplanCudaOp* op, ncclComm_t comm, int ranks, int rank,
+                cudaStream_t stream, ShardplanCudaError* error) {
   if (op->count <= 0) return true;
+  if (op->kind == kCudaSendRecv || op->kind == kCudaAllToAll) {
+    const auto count = static_cast<std::size_t>(op->count);
+    auto* in = static_cast<char*>(op->input);
+    auto* out = static_cast<char*>(op->output);
+    if (FAILED(ncclGroupStart())) return false;
+    if (op->kind == kCudaSendRecv) {
+      if (FAILED(ncclSend(in, count, ncclUint8, (rank + 1) % ranks, comm, stream)) ||
+          FAILED(ncclRecv(out, count, ncclUint8, (rank + ranks - 1) % ranks, comm, stream)))
+        return false;
+    } else {
+      for (int peer = 0; peer < ranks; ++peer) {
+        const std::size_t at = static_cast<std::size_t>(peer) * count;
+        if (FAILED(ncclSend(in + at, count, ncclUint8, peer, comm, stream)) ||
+            FAILED(ncclRecv(out + at, count, ncclUint8, peer, comm, stream)))
+          return false;
+      }
+    }
+    return !FAILED(ncclGroupEnd());
+  }
   const ncclDataType_t type = op->kind == kCudaAllGather ? ncclUint8 : nccl_type(op->element_bytes);
   const auto count = static_cast<std::size_t>(op->count);
   if (op->kind == kCudaAllGather) {
@@ -247,7 +272,9 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
     }
     case kCudaAllGather:
     case kCudaReduceScatter:
-    case kCudaAllReduce: {
+    case kCudaAllReduce:
+    case kCudaSendRecv:
+    case kCudaAllToAll: {
       if (op->group < 0 || op->group >= static_cast<int>(c->comms.size())) {
         std::snprintf(error->message, sizeof error->message, "op %lld names process group %d",
                       op->id, op->group);
@@ -260,7 +287,8 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
       // simulator charges the op one collective's latency for the same reason.
       const bool coalesced = op->parts > 1;
       if (coalesced && op->part == 0 && FAILED(ncclGroupStart())) return 1;
-      if (!collective(op, comm, stream, error)) return 1;
+      const auto g = static_cast<std::size_t>(op->group);
+      if (!collective(op, comm, c->group_ranks[g], c->group_rank[g], stream, error)) return 1;
       if (coalesced && op->part == op->parts - 1 && FAILED(ncclGroupEnd())) return 1;
       break;
     }

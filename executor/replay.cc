@@ -69,16 +69,57 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
   return parts;
 }
 
+bool is_model_parallel(const PlanOp& op, const std::vector<BufferSpan>& writes) {
+  return is_collective(op.kind) && writes.size() == 1 &&
+         (writes[0].buffer->role == BufferRole::tp_buffer ||
+          writes[0].buffer->role == BufferRole::cp_buffer);
+}
+
+CollectivePart model_parallel_part(const PlanOp& op, const BufferSpan& buffer, int64_t position,
+                                   int64_t ranks, int64_t element_bytes) {
+  const int64_t unit = std::max<int64_t>(ranks, 1) * element_bytes;
+  const int64_t bytes = std::min(static_cast<int64_t>(op.bytes), buffer.bytes) / unit * unit;
+  const int64_t chunk = bytes / std::max<int64_t>(ranks, 1);
+  CollectivePart part{.target = buffer, .source = buffer, .in_place = true};
+  switch (op.kind) {
+    case OpKind::all_gather:
+      part.input = buffer.data + position * chunk;
+      part.input_bytes = chunk;
+      part.output = buffer.data;
+      part.output_bytes = bytes;
+      break;
+    case OpKind::reduce_scatter:
+      part.input = buffer.data;
+      part.input_bytes = bytes;
+      part.output = buffer.data + position * chunk;
+      part.output_bytes = chunk;
+      break;
+    case OpKind::all_reduce:
+      part.input = part.output = buffer.data;
+      part.input_bytes = part.output_bytes = bytes;
+      break;
+    default:  // send_recv, all_to_all: the buffer holds 2 × the op's bytes
+      part.input = buffer.data;
+      part.input_bytes = std::min(bytes, buffer.bytes / 2 / unit * unit);
+      part.output = buffer.data + part.input_bytes;
+      part.output_bytes = part.input_bytes;
+      part.in_place = false;
+      break;
+  }
+  return part;
+}
+
 std::vector<int64_t> replay_order(const Plan& plan) {
   const auto n = plan.ops.size();
-  std::vector<std::vector<int64_t>> streams(4);
+  std::vector<std::vector<int64_t>> streams(kNumStreams);
   for (const PlanOp& op : plan.ops) streams[static_cast<std::size_t>(op.stream)].push_back(op.id);
-  std::vector<std::size_t> head(4, 0);
+  std::vector<std::size_t> head(kNumStreams, 0);
   std::vector<bool> done(n, false);
   std::vector<int64_t> order;
   order.reserve(n);
   // Communication streams first, then compute: each picks its head when its deps are done.
-  const std::array<Stream, 4> preference = {Stream::ag, Stream::rs, Stream::outer, Stream::compute};
+  const std::array<Stream, kNumStreams> preference = {Stream::ag, Stream::rs, Stream::outer,
+                                                      Stream::tp, Stream::cp, Stream::compute};
   while (order.size() < n) {
     bool progressed = false;
     for (Stream s : preference) {

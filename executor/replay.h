@@ -59,6 +59,17 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
                                              const std::vector<BufferSpan>& reads,
                                              const std::vector<BufferSpan>& writes);
 
+// A tensor- or context-parallel collective: it writes one tp_buffer or cp_buffer, where
+// its data lies as NCCL's in-place conventions put it. This rank is at `position` in the
+// op's group of `ranks`; `bytes` is the op's size rounded down to whole elements per rank.
+// all_gather: input = the rank's chunk of the gathered output at the buffer's start;
+// reduce_scatter: input = the buffer's first `bytes`, output = the rank's chunk of it;
+// all_reduce: both the buffer's first `bytes`; send_recv and all_to_all: input the first
+// `bytes`, output the next `bytes` (received from the previous rank; from every rank).
+bool is_model_parallel(const PlanOp& op, const std::vector<BufferSpan>& writes);
+CollectivePart model_parallel_part(const PlanOp& op, const BufferSpan& buffer, int64_t position,
+                                   int64_t ranks, int64_t element_bytes);
+
 // What a device does for the replay engine (STYLE.md §3: CPU and CUDA). The engine owns
 // the order; the backend owns memory, the ops and their timing.
 class ExecutorBackend {

@@ -14,7 +14,7 @@
 namespace shardplan {
 
 // plan.json schema version; bump on any incompatible change (docs/formats.md).
-inline constexpr int kPlanVersion = 4;
+inline constexpr int kPlanVersion = 5;
 
 // compute: the default stream; ag, rs, outer: FSDP's gathers, reductions and HSDP's
 // outer collectives; tp: tensor-parallel collectives overlapped with the GEMMs

@@ -209,20 +209,12 @@ std::string_view comm_short_name(OpKind kind) {
   }
 }
 
-// The transient buffer a collective needs beside the activations: an all-gather's output,
-// a reduce-scatter's full-size input, ring attention's two K/V chunks (the one attended to
-// while the next arrives: Transformer Engine's p2p_comm_buffers), an all-to-all's send and
-// receive buffers; all-reduces run in place.
+// The transient buffer a collective needs beside the saved activations: an all-gather's
+// output, a reduce-scatter's or all-reduce's full-size input (the row-parallel output),
+// ring attention's two K/V chunks (the one attended to while the next arrives: Transformer
+// Engine's p2p_comm_buffers), an all-to-all's send and receive buffers.
 double comm_buffer_bytes(const SegmentComm& c) {
-  switch (c.kind) {
-    case OpKind::send_recv:
-    case OpKind::all_to_all:
-      return 2.0 * c.bytes;
-    case OpKind::all_reduce:
-      return 0;
-    default:
-      return c.bytes;
-  }
+  return c.kind == OpKind::send_recv || c.kind == OpKind::all_to_all ? 2.0 * c.bytes : c.bytes;
 }
 
 // A segment's compute op with its tensor- and context-parallel collectives (seg.*_comms).
@@ -244,7 +236,7 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
         std::max(c.group == "cp" ? cp_bytes : tp_bytes, comm_buffer_bytes(c));
   }
   auto buffer = [&](const char* axis, BufferRole role, double bytes) -> int64_t {
-    if (bytes <= 0) return -1;
+    if (bytes <= 0) return -1;  // no collective on this axis
     const int64_t id =
         emit_.transient(role, seg.unit, mb_, c_.param_dtype, bytes,
                         fmt::format("{}_buffer {} {} mb{}", axis, pass, seg.label, mb_));
@@ -269,8 +261,7 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
           .bytes = c.bytes,
           .group = cp ? cp_group_ : tp_group_,
           .deps = start_deps,
-          .reads = buf >= 0 ? std::vector<int64_t>{buf} : std::vector<int64_t>{},
-          .writes = buf >= 0 ? std::vector<int64_t>{buf} : std::vector<int64_t>{}});
+          .writes = {buf}});
       (overlapped ? pending_side_ : work.deps).push_back(id);
     }
   }
