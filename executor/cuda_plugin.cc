@@ -46,7 +46,7 @@ struct Context {
   int device = 0;
   cudaStream_t streams[kCudaStreams] = {};
   cublasHandle_t blas = nullptr;
-  std::vector<ncclComm_t> comms;  // one per plan process group; null for a single rank
+  std::vector<ncclComm_t> comms;             // one per plan process group; null for a single rank
   std::vector<int> group_ranks, group_rank;  // each group's size and this rank's place
   cudaEvent_t step_start = nullptr;
   std::vector<cudaEvent_t> starts, ends;

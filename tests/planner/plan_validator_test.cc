@@ -156,7 +156,7 @@ TEST(PlanJson, RejectsOtherVersionsAndBadFields) {
   nlohmann::json j = plan_to_json(tiny_plan());
   j["version"] = 99;
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/version",
-                              "not the supported 4");
+                              "not the supported 5");
   j = plan_to_json(tiny_plan());
   j["ops"][3]["stream"] = "nccl";
   testing::expect_input_error([&] { plan_from_json(j, "plan.json"); }, "/ops/3/stream",
