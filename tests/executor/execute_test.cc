@@ -61,6 +61,16 @@ TEST_P(ExecuteCpu, IntegrityChecksPass) {
   for (const auto& op : t["ops"]) EXPECT_GE(op["end"].get<double>(), op["start"].get<double>());
 }
 
+// "np4_dp_outer_2_outer_strategy_optim": ranks and settings, as gtest names allow.
+std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
+  std::string name = "np" + std::to_string(param_info.param.ranks);
+  for (const std::string& s : param_info.param.sets) {
+    name += "_";
+    for (char ch : s) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  }
+  return name;
+}
+
 // One mpirun job per way collectives move data: all-reduce (no_shard), in place
 // (ZeRO-1's gather after the step), shard into region and back (ZeRO-3), and across
 // dp_outer (all-reduce; reduce-scatter and gather with the optimizer sharded there).
@@ -72,15 +82,28 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{2, {"sharding_strategy=no_shard"}}, Case{2, {"sharding_strategy=optim"}},
                       Case{2, {"sharding_strategy=optim_grads_params", "recompute=full"}},
                       Case{4, {"dp_outer=2"}}, Case{4, {"dp_outer=2", "outer_strategy=optim"}}),
-    [](const ::testing::TestParamInfo<Case>& param_info) {
-      // "np4_dp_outer_2_outer_strategy_optim": ranks and settings, as gtest names allow.
-      std::string name = "np" + std::to_string(param_info.param.ranks);
-      for (const std::string& s : param_info.param.sets) {
-        name += "_";
-        for (char ch : s) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-      }
-      return name;
-    });
+    case_name);
+
+// The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its
+// all-gathers and reduce-scatters), context parallelism (ring send/recv) and both, with
+// FSDP over dp_shard × cp and HSDP over dp_outer: every collective over its own
+// sub-communicator, checked on real data.
+std::vector<Case> mesh_cases() {
+  std::vector<Case> cases;
+  const std::vector<std::vector<std::string>> meshes = {
+      {"tp=2", "dp_outer=2"}, {"cp=2", "dp_outer=2"}, {"tp=2", "cp=2"}};
+  for (const auto& mesh : meshes) {
+    for (const char* strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+      Case c{8, mesh};
+      c.sets.push_back(std::string("sharding_strategy=") + strategy);
+      c.sets.push_back("seq_len=512");
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mesh, ExecuteCpu, ::testing::ValuesIn(mesh_cases()), case_name);
 
 TEST(ExecuteCpuErrors, MissingDependencyIsCaughtWithTheOpNamed) {
   // The reduce-scatter of a layer loses its dependency on that layer's backward: it runs
