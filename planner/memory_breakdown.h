@@ -20,7 +20,8 @@ struct MemoryBreakdown {
   double unsharded_grads = 0;
   double activations = 0;  // saved and recomputed
   double fp8_transpose_cache = 0;
-  double non_tensor = 0;  // CUDA context, NCCL, cuBLAS (cluster constant)
+  double comm_buffers = 0;  // tensor- and context-parallel collectives' buffers
+  double non_tensor = 0;    // CUDA context, NCCL, cuBLAS (cluster constant)
   double total = 0;
   double capacity = 0;  // HBM as CUDA reports it
   double headroom = 0;  // capacity − total; negative: does not fit

@@ -122,6 +122,19 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   // Full recompute re-creates one unit's activations inside its backward.
   if (c.recompute == Recompute::full) e.activations += largest_recompute;
 
+  // The tensor- and context-parallel collectives' buffers: the largest of each axis, one
+  // pass at a time (the schedule's one buffer per axis and pass).
+  double tp_buffer = 0, cp_buffer = 0;
+  for_each_module(model.root, [&](const Module& m) {
+    for (const ModuleComm& comm : m.cost.comms) {
+      const double bytes =
+          comm_buffer_bytes(comm.kind, comm.per_token.bytes(shape.activation_bytes) *
+                                           static_cast<double>(shape.tokens()));
+      double& axis = comm.axis == MeshAxis::tp ? tp_buffer : cp_buffer;
+      axis = std::max(axis, bytes);
+    }
+  });
+  e.comm_buffers = tp_buffer + cp_buffer;
   e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
   settle_memory_totals(e, std::nullopt, static_cast<double>(cluster.gpu.hbm_bytes));
   return e;
@@ -141,6 +154,7 @@ nlohmann::json memory_estimate_to_json(const MemoryEstimate& e) {
           {"unsharded_weights_bytes", e.unsharded_weights},
           {"unsharded_grads_bytes", e.unsharded_grads},
           {"activations_bytes", e.activations},
+          {"comm_buffers_bytes", e.comm_buffers},
           {"non_tensor_bytes", e.non_tensor},
           {"total_bytes", e.total},
           {"capacity_bytes", e.capacity},

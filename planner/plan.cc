@@ -81,6 +81,26 @@ std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op) {
   return out;
 }
 
+OpKind op_kind_of(CommKind kind) {
+  switch (kind) {
+    case CommKind::all_gather:
+      return OpKind::all_gather;
+    case CommKind::reduce_scatter:
+      return OpKind::reduce_scatter;
+    case CommKind::all_reduce:
+      return OpKind::all_reduce;
+    case CommKind::send_recv:
+      return OpKind::send_recv;
+    case CommKind::all_to_all:
+      return OpKind::all_to_all;
+  }
+  return OpKind::all_gather;
+}
+
+double comm_buffer_bytes(CommKind kind, double bytes) {
+  return kind == CommKind::send_recv || kind == CommKind::all_to_all ? 2.0 * bytes : bytes;
+}
+
 bool is_collective(OpKind kind) {
   return kind == OpKind::all_gather || kind == OpKind::reduce_scatter ||
          kind == OpKind::all_reduce || kind == OpKind::send_recv || kind == OpKind::all_to_all;

@@ -107,12 +107,22 @@ struct PlanUnit {
 // A tensor- or context-parallel collective a segment runs on each micro-batch (from its
 // modules' ModuleComm), sized for the whole micro-batch as nccl-tests counts it.
 struct SegmentComm {
-  OpKind kind = OpKind::all_gather;
+  CommKind kind = CommKind::all_gather;
   std::string group;   // "tp" or "cp"
   std::string module;  // the module that runs it
   double bytes = 0;
   int64_t count = 1;  // back-to-back repetitions (ring steps)
 };
+
+// The transient buffer a collective of `kind` moving `bytes` needs beside the saved
+// activations: an all-gather's output, a reduce-scatter's or all-reduce's full-size input
+// (the row-parallel output), ring attention's two K/V chunks (the one attended to while
+// the next arrives: Transformer Engine's p2p_comm_buffers), an all-to-all's send and
+// receive buffers.
+double comm_buffer_bytes(CommKind kind, double bytes);
+
+// The op that runs a model's collective.
+OpKind op_kind_of(CommKind kind);
 
 struct PlanSegment {
   int64_t id = 0;

@@ -56,6 +56,9 @@ PlanMemory plan_memory(const Plan& plan) {
   });
   m.fp8_transpose_cache = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
+  m.comm_buffers = transient_peak(plan, [](const PlanBuffer& b) {
+    return b.role == BufferRole::tp_buffer || b.role == BufferRole::cp_buffer;
+  });
   m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
   m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
   m.non_tensor = static_cast<double>(plan.non_tensor_bytes);
@@ -74,6 +77,7 @@ nlohmann::json plan_memory_to_json(const PlanMemory& m) {
           {"unsharded_grads_peak_bytes", m.unsharded_grads},
           {"activations_peak_bytes", m.activations},
           {"fp8_transpose_cache_peak_bytes", m.fp8_transpose_cache},
+          {"comm_buffers_peak_bytes", m.comm_buffers},
           {"pool_bytes", m.pool_bytes},
           {"pool_lower_bound_bytes", m.pool_lower_bound_bytes},
           {"non_tensor_bytes", m.non_tensor},

@@ -209,14 +209,6 @@ std::string_view comm_short_name(OpKind kind) {
   }
 }
 
-// The transient buffer a collective needs beside the saved activations: an all-gather's
-// output, a reduce-scatter's or all-reduce's full-size input (the row-parallel output),
-// ring attention's two K/V chunks (the one attended to while the next arrives: Transformer
-// Engine's p2p_comm_buffers), an all-to-all's send and receive buffers.
-double comm_buffer_bytes(const SegmentComm& c) {
-  return c.kind == OpKind::send_recv || c.kind == OpKind::all_to_all ? 2.0 * c.bytes : c.bytes;
-}
-
 // A segment's compute op with its tensor- and context-parallel collectives (seg.*_comms).
 // Blocking ones run on the compute stream just before the compute op, so the segment takes
 // their time plus its own. Overlapped ones (ring attention's steps; tensor-parallel ones
@@ -233,7 +225,7 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   double tp_bytes = 0, cp_bytes = 0;
   for (const SegmentComm& c : comms) {
     (c.group == "cp" ? cp_bytes : tp_bytes) =
-        std::max(c.group == "cp" ? cp_bytes : tp_bytes, comm_buffer_bytes(c));
+        std::max(c.group == "cp" ? cp_bytes : tp_bytes, comm_buffer_bytes(c.kind, c.bytes));
   }
   auto buffer = [&](const char* axis, BufferRole role, double bytes) -> int64_t {
     if (bytes <= 0) return -1;  // no collective on this axis
@@ -248,16 +240,16 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   const std::vector<int64_t> start_deps = work.deps;
   for (const SegmentComm& c : comms) {
     const bool cp = c.group == "cp";
-    const bool overlapped = cp ? c.kind == OpKind::send_recv : c_.tp_comm_overlap;
+    const bool overlapped = cp ? c.kind == CommKind::send_recv : c_.tp_comm_overlap;
     const int64_t buf = cp ? cp_buffer : tp_buffer;
     for (int64_t step = 0; step < c.count; ++step) {
       const int64_t id = emit_.op(PlanOp{
           .stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
-          .kind = c.kind,
+          .kind = op_kind_of(c.kind),
           .unit = seg.unit,
           .micro_batch = mb_,
-          .name = fmt::format("{}_{} {} {} mb{}{}", c.group, comm_short_name(c.kind), pass,
-                              c.module, mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
+          .name = fmt::format("{}_{} {} {} mb{}{}", c.group, comm_short_name(op_kind_of(c.kind)),
+                              pass, c.module, mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
           .bytes = c.bytes,
           .group = cp ? cp_group_ : tp_group_,
           .deps = start_deps,

@@ -41,24 +41,8 @@ bool has_own_work(const Module& m) {
          saved_ctx.elements > 0 || saved_ctx.fixed_bytes > 0;
 }
 
-OpKind op_kind_of(CommKind kind) {
-  switch (kind) {
-    case CommKind::all_gather:
-      return OpKind::all_gather;
-    case CommKind::reduce_scatter:
-      return OpKind::reduce_scatter;
-    case CommKind::all_reduce:
-      return OpKind::all_reduce;
-    case CommKind::send_recv:
-      return OpKind::send_recv;
-    case CommKind::all_to_all:
-      return OpKind::all_to_all;
-  }
-  return OpKind::all_gather;
-}
-
 SegmentComm segment_comm(const Module& m, const ModuleComm& c, const BatchShape& shape) {
-  return SegmentComm{.kind = op_kind_of(c.kind),
+  return SegmentComm{.kind = c.kind,
                      .group = std::string(mesh_axis_name(c.axis)),
                      .module = m.name,
                      .bytes = c.per_token.bytes(shape.activation_bytes) *
