@@ -215,6 +215,61 @@ std::vector<ErrorCase> error_cases() {
                    {"describe", "--set", "dp_shard=3", "--json"},
                    "config (with flags): /dp_shard",
                    {"1 × 3 × 1 × 1 = 3", "must equal the GPU count 8"}});
+  // The device mesh (default model llama3-8b: 32 heads, 8 KV heads, FFN 14336; 8 GPUs).
+  cases.push_back({"tp_not_dividing_the_gpus",
+                   {"describe", "--set", "tp=3", "--set", "sequence_parallel=false", "--json"},
+                   "config (with flags): /tp",
+                   {"tp × cp = 3 × 1 = 3 does not divide the 8 GPUs"}});
+  cases.push_back({"tp_not_dividing_kv_heads",
+                   {"describe", "--model", "tiny", "--set", "tp=4", "--json"},
+                   "config (with flags): /tp",
+                   {"tp = 4 does not divide tiny's num_kv_heads 2"}});
+  cases.push_back(
+      {"tp_not_dividing_heads",
+       {"describe", "--gpus", "6", "--set", "tp=6", "--set", "sequence_parallel=false", "--json"},
+       "config (with flags): /tp",
+       {"tp = 6 does not divide llama3-8b's num_heads 32"}});
+  cases.push_back({"tp_beyond_the_nvlink_domain",
+                   {"describe", "--nodes", "2", "--set", "tp=16", "--json"},
+                   "config (with flags): /tp",
+                   {"spans more than one NVLink domain", "use tp ≤ 8"}});
+  cases.push_back({"seq_len_not_split_into_2cp_chunks",
+                   {"describe", "--set", "cp=4", "--set", "seq_len=8196", "--json"},
+                   "config (with flags): /seq_len",
+                   {"2·cp = 8 load-balanced chunks", "8196 is not a multiple of 8"}});
+  cases.push_back({"seq_len_not_split_over_tp",
+                   {"describe", "--set", "tp=8", "--set", "seq_len=8196", "--json"},
+                   "config (with flags): /seq_len",
+                   {"sequence parallelism splits each rank's 8196 tokens", "multiple of 8"}});
+  cases.push_back({"sequence_parallel_without_tp",
+                   {"describe", "--set", "sequence_parallel=true", "--json"},
+                   "config (with flags): /sequence_parallel",
+                   {"set tp > 1"}});
+  cases.push_back({"tp_comm_overlap_without_sp",
+                   {"describe", "--set", "tp=2", "--set", "sequence_parallel=false", "--set",
+                    "tp_comm_overlap=true", "--json"},
+                   "config (with flags): /tp_comm_overlap",
+                   {"only; set sequence_parallel: true"}});
+  cases.push_back({"cp_comm_without_cp",
+                   {"describe", "--set", "cp_comm=a2a", "--json"},
+                   "config (with flags): /cp_comm",
+                   {"only applies with cp > 1"}});
+  cases.push_back({"cp_comm_unknown",
+                   {"describe", "--set", "cp=2", "--set", "cp_comm=ring", "--json"},
+                   "config (with flags): /cp_comm",
+                   {"unknown cp_comm value 'ring'"}});
+  cases.push_back({"a2a_heads_over_cp",
+                   {"describe", "--set", "tp=8", "--set", "cp=2", "--set", "cp_comm=a2a", "--nodes",
+                    "2", "--json"},
+                   "config (with flags): /cp",
+                   {"cp = 2 does not divide llama3-8b's KV heads per tp rank 1"}});
+  cases.push_back({"tp_on_an_explicit_model",
+                   {"describe", "--model", "@m.json", "--gpus", "2", "--set", "tp=2", "--json"},
+                   "config (with flags): /tp",
+                   {"e is an explicit model", "use tp = cp = 1"},
+                   {{"m.json", R"({"name": "e", "family": "explicit", "root": {"children": [
+                       {"name": "a", "type": "Linear",
+                        "parameters": [{"name": "weight", "shape": [4, 4]}]}]}})"}}});
   cases.push_back({"set_dp_shard_zero",
                    {"describe", "--set", "dp_shard=0", "--json"},
                    "config (with flags): /dp_shard",

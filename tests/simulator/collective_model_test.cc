@@ -53,6 +53,35 @@ TEST(CollectiveModel, RingAcrossNodesRunsAtTheNodesNics) {
               96e9, 1);
 }
 
+TEST(CollectiveModel, SendRecvRingShiftWorkedByHand) {
+  // Context parallelism's K/V ring inside a node: every rank sends 64 MiB to the next, one
+  // Simple hop (8.4 + 3.4 µs) and the bytes at the NVLink ring rate; busbw = algbw
+  // (nccl-tests sendrecv).
+  const double bytes = 64.0 * 1024 * 1024;
+  const CollectiveEstimate e = estimate_collective(h100(1), Collective::send_recv, bytes, {4, 4});
+  EXPECT_NEAR(e.seconds, (8.4 + 3.4) * 1e-6 + bytes / 360e9, 1e-12);
+  EXPECT_DOUBLE_EQ(e.busbw_bytes_per_s, e.algbw_bytes_per_s);
+  // A ring that crosses nodes (one rank per node) is held to one NIC and a network hop.
+  const CollectiveEstimate across =
+      estimate_collective(h100(2), Collective::send_recv, bytes, {2, 1});
+  EXPECT_NEAR(across.seconds, (8.4 + 14.0) * 1e-6 + bytes / 48e9, 1e-12);
+}
+
+TEST(CollectiveModel, AllToAllAcrossNodesRunsAtOneNicTimesNOverNMinusOne) {
+  // 1 GiB per rank, (n − 1)/n of it leaves the rank. In one node: NVLink.
+  const CollectiveEstimate one = estimate_collective(h100(1), Collective::all_to_all, kGiB, {8, 8});
+  EXPECT_NEAR(one.seconds, (8.4 + 3.4) * 1e-6 + kGiB * 7.0 / 8.0 / 360e9, 1e-12);
+  // 2 nodes: half the traffic crosses, so the bus rate is 2 × one NIC (nccl-tests #130).
+  const CollectiveEstimate two =
+      estimate_collective(h100(2), Collective::all_to_all, kGiB, {16, 8});
+  EXPECT_NEAR(two.link_bus_bandwidth, 2 * 48e9, 1);
+  // 4 nodes: 4/3 × one NIC.
+  const CollectiveEstimate four =
+      estimate_collective(h100(4), Collective::all_to_all, kGiB, {32, 8});
+  EXPECT_NEAR(four.link_bus_bandwidth, 48e9 * 4.0 / 3.0, 1);
+  EXPECT_NEAR(four.busbw_bytes_per_s, four.algbw_bytes_per_s * 31.0 / 32.0, 1);
+}
+
 TEST(CollectiveModel, TreeWinsSmallAllReducesAcrossNodes) {
   // LL tree: 6.8 + 2 × (7 × 0.6 + log2(2) × 5.0) = 25.2 µs against the LL ring's
   // 6.6 + 28 × 0.6 + 2 × 2.7 = 28.8 µs.
