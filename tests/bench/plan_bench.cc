@@ -20,12 +20,13 @@ struct Setup {
   shardplan::FsdpConfig config;
 };
 
-Setup setup(const char* model, int64_t nodes, int64_t grad_accum, const char* recompute) {
+Setup setup(const char* model, int64_t nodes, int64_t grad_accum, const char* recompute,
+            int64_t tp = 1, int64_t cp = 1) {
   Setup s{
       shardplan::load_model(model), shardplan::load_cluster("dgx-h100", nodes, std::nullopt), {}};
   s.config = shardplan::resolve_fsdp_config(
-      shardplan::fsdp_config_from_json({{"grad_accum", grad_accum}, {"recompute", recompute}},
-                                       "bench"),
+      shardplan::fsdp_config_from_json(
+          {{"grad_accum", grad_accum}, {"recompute", recompute}, {"tp", tp}, {"cp", cp}}, "bench"),
       s.model, s.cluster, "bench");
   return s;
 }
@@ -81,6 +82,27 @@ void BM_PlanAndSimulate405B(benchmark::State& state) {
   state.counters["step_s"] = step;
 }
 BENCHMARK(BM_PlanAndSimulate405B)->Unit(benchmark::kMillisecond);
+
+// Issue 17's target: plan + simulate llama3.1-405b on 1024 GPUs with tp 8, cp 1 and
+// tp 8, cp 2 (its model-parallel collectives included), each under 20 ms.
+void BM_PlanAndSimulate405BMesh(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 1, "full", 8, state.range(0));
+  double step = 0;
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    const shardplan::Plan plan = shardplan::build_plan(s.model, s.cluster, s.config);
+    ops = plan.ops.size();
+    step = shardplan::simulate(plan, s.cluster).summary.step_seconds;
+    benchmark::DoNotOptimize(step);
+  }
+  state.counters["step_s"] = step;
+  state.counters["ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_PlanAndSimulate405BMesh)
+    ->ArgName("tp8_cp")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_Simulate405B(benchmark::State& state) {
   const Setup s = setup("llama3.1-405b", 128, 8, "full");
