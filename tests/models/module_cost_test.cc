@@ -10,6 +10,7 @@
 #include "models/error.h"
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
+#include "tests/models/korthikanti_gpt.h"
 
 namespace shardplan {
 namespace {
@@ -78,26 +79,7 @@ TEST(Flops, MoeCountsOnlyTheRoutedExperts) {
   EXPECT_NEAR(forward_flops(model.root, shape) / 4096.0 / expected, 1.0, 1e-12);
 }
 
-// A GPT layer as Korthikanti et al. describe it: LayerNorm, MHA, GELU MLP of 4h, dropout,
-// no flash attention, 2-byte activations.
-TransformerArch korthikanti_gpt(bool flash) {
-  TransformerArch a;
-  a.vocab_size = 51200;
-  a.hidden_size = 1024;
-  a.num_layers = 2;
-  a.num_heads = 16;
-  a.num_kv_heads = 16;
-  a.head_dim = 64;
-  a.ffn_hidden_size = 4096;
-  a.mlp = MlpKind::gelu;
-  a.norm = NormKind::layernorm;
-  a.bias = true;
-  a.dropout = true;
-  a.flash_attention = flash;
-  a.position_embedding = PositionEmbedding::learned;
-  a.max_position_embeddings = 2048;
-  return a;
-}
+using testing::korthikanti_gpt;
 
 TEST(Activations, GptLayerMatchesKorthikantiTable2) {
   const ModelSpec model = build_transformer(korthikanti_gpt(false), "gpt", "test");

@@ -7,28 +7,14 @@
 #include "models/module_cost.h"
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
+#include "tests/models/korthikanti_gpt.h"
 
 namespace shardplan {
 namespace {
 
-// Korthikanti's GPT layer: LayerNorm, MHA, GELU MLP of 4h, dropout, no flash attention.
+// Korthikanti's GPT layer, without flash attention (its s² terms are the paper's).
 TransformerArch gpt() {
-  TransformerArch a;
-  a.vocab_size = 51200;
-  a.hidden_size = 1024;
-  a.num_layers = 2;
-  a.num_heads = 16;
-  a.num_kv_heads = 16;
-  a.head_dim = 64;
-  a.ffn_hidden_size = 4096;
-  a.mlp = MlpKind::gelu;
-  a.norm = NormKind::layernorm;
-  a.bias = true;
-  a.dropout = true;
-  a.flash_attention = false;
-  a.position_embedding = PositionEmbedding::learned;
-  a.max_position_embeddings = 4096;
-  return a;
+  return testing::korthikanti_gpt(false);
 }
 
 double layer_bytes(const ModelParallel& p, const BatchShape& shape, Recompute recompute) {
