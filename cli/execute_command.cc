@@ -129,8 +129,9 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     return 0;
   }
   out << (options.check ? "integrity checks: all passed (all-gathers rebuild every shard, "
-                          "reductions equal the sum over ranks, no transient buffer changed "
-                          "between its write and its reads)\n"
+                          "reductions equal the sum over ranks, ring steps and all-to-alls "
+                          "deliver each peer's chunk, no transient buffer changed between its "
+                          "write and its reads)\n"
                         : "integrity checks: off\n");
   if (!p.output.empty()) out << "wrote " << p.output << "\n";
   return 0;
