@@ -275,17 +275,20 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
     const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
     const double d = end[static_cast<std::size_t>(id)] - start[static_cast<std::size_t>(id)];
     PathBreakdown& p = s.critical_path;
-    if (op.stream == Stream::tp || op.stream == Stream::cp ||
-        (op.stream == Stream::compute && is_collective(op))) {
-      p.model_parallel += d;
-      continue;
-    }
     switch (op.stream) {
       case Stream::tp:
       case Stream::cp:
+        p.model_parallel += d;
         break;
       case Stream::compute:
-        (op.kind == OpKind::optimizer_step ? p.optimizer : p.compute) += d;
+        // Blocking collectives run here too: tensor- and context-parallel ones, and FSDP's
+        // reductions without async_reduce.
+        if (is_collective(op)) {
+          const std::string& group = plan.process_groups[static_cast<std::size_t>(op.group)].name;
+          (group == "tp" || group == "cp" ? p.model_parallel : p.reduce_scatter) += d;
+        } else {
+          (op.kind == OpKind::optimizer_step ? p.optimizer : p.compute) += d;
+        }
         break;
       case Stream::ag:
         p.all_gather += d;

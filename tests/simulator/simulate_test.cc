@@ -136,6 +136,27 @@ TEST(Simulate, AsyncReduceOverlapsTheReduceScatter) {
   EXPECT_NEAR(sync.summary.critical_path.optimizer, opt, 1e-12);
 }
 
+// Blocking collectives on the compute stream are communication, charged by their group:
+// an FSDP reduction (no async_reduce) as reduce-scatter, a tensor-parallel gather as tp/cp.
+TEST(Simulate, BlockingCollectivesAreChargedToTheirGroup) {
+  const double r = ag_seconds(kBytes);
+  PlanMaker m;
+  m.plan.process_groups = {{.name = "dp_shard_cp", .size = 2, .stride = 1},
+                           {.name = "tp", .size = 2, .stride = 1}};
+  const int64_t b = m.compute(OpKind::backward, kF, {});
+  const int64_t rs = m.collective(Stream::compute, OpKind::reduce_scatter, kBytes, {b});
+  PlanOp tp{.stream = Stream::compute, .kind = OpKind::all_gather, .bytes = kBytes, .group = 1};
+  m.add(tp, {rs});
+  const Timeline t = simulate(m.plan, toy_cluster());
+  const PathBreakdown& p = t.summary.critical_path;
+  EXPECT_NEAR(p.compute, kF, 1e-12);
+  EXPECT_NEAR(p.reduce_scatter, r, 1e-12);
+  EXPECT_NEAR(p.model_parallel, r, 1e-12);
+  // Neither counts as compute time; the tp gather is exposed model-parallel time.
+  EXPECT_NEAR(t.summary.compute_seconds, kF, 1e-12);
+  EXPECT_NEAR(t.summary.exposed_model_parallel_seconds, r, 1e-12);
+}
+
 TEST(Simulate, ComputeOverlappingACollectiveSlowsDown) {
   ClusterSpec c = toy_cluster();
   c.compute.overlap_slowdown = 0.5;
