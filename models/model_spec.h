@@ -102,7 +102,6 @@ struct ModelSpec {
   // The architecture a transformer or MoE model was built from, so it can be rebuilt
   // for one rank of a tensor- or context-parallel group; null for explicit models.
   std::shared_ptr<const TransformerArch> arch;
-  ModelParallel parallel;  // what one rank of the mesh holds: {} for the whole model
 };
 
 // Visits every module, parents before children, in forward execution order.

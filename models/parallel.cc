@@ -11,13 +11,6 @@ constexpr NameTable<CpComm, 3> kCpComms = {{
     {CpComm::a2a, "a2a"},
 }};
 constexpr NameTable<MeshAxis, 2> kAxes = {{{MeshAxis::tp, "tp"}, {MeshAxis::cp, "cp"}}};
-constexpr NameTable<CommKind, 5> kCommKinds = {{
-    {CommKind::all_gather, "all_gather"},
-    {CommKind::reduce_scatter, "reduce_scatter"},
-    {CommKind::all_reduce, "all_reduce"},
-    {CommKind::send_recv, "send_recv"},
-    {CommKind::all_to_all, "all_to_all"},
-}};
 
 }  // namespace
 
@@ -32,9 +25,6 @@ std::vector<std::string> cp_comm_names() {
 }
 std::string_view mesh_axis_name(MeshAxis a) {
   return name_of(kAxes, a);
-}
-std::string_view comm_kind_name(CommKind k) {
-  return name_of(kCommKinds, k);
 }
 
 }  // namespace shardplan

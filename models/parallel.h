@@ -39,6 +39,5 @@ enum class CommKind { all_gather, reduce_scatter, all_reduce, send_recv, all_to_
 enum class CommPhase { forward, backward };
 
 std::string_view mesh_axis_name(MeshAxis a);
-std::string_view comm_kind_name(CommKind k);
 
 }  // namespace shardplan

@@ -44,23 +44,23 @@ enum class Split { none, column, row };
 // (heads, FFN columns, vocabulary), `seq` what lies in the sequence-parallel region
 // (norms, residual dropout, the inputs column-parallel layers keep for backward): t with
 // sequence parallelism, 1 without (Korthikanti et al. 2022, §4.2).
-struct Ranks {
+struct Ranks : ModelParallel {
   double t = 1;
   double seq = 1;
-  int64_t tp = 1;
-  bool sp = false;
-  int64_t cp = 1;
-  CpComm cp_comm = CpComm::p2p;
 };
 
 Ranks ranks_of(const ModelParallel& p) {
-  const double t = static_cast<double>(p.tp);
-  return {.t = t,
-          .seq = p.sequence_parallel ? t : 1.0,
-          .tp = p.tp,
-          .sp = p.sequence_parallel,
-          .cp = p.cp,
-          .cp_comm = p.cp_comm};
+  Ranks r;
+  static_cast<ModelParallel&>(r) = p;
+  r.t = static_cast<double>(p.tp);
+  r.seq = p.sequence_parallel ? r.t : 1.0;
+  return r;
+}
+
+Footprint scaled(Footprint f, double divisor) {
+  f.elements /= divisor;
+  f.fixed_bytes /= divisor;
+  return f;
 }
 
 // A Linear y = x·Wᵀ (+ b): 2·in·out FLOPs per token; it saves its input for the weight
@@ -83,17 +83,9 @@ Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType
   m.cost.fwd_flops_per_token = 2.0 * d(local_in) * d(local_out) * token_share;
   m.cost.fwd_io_elements_per_token = (d(local_in) + d(local_out)) * token_share;
   m.cost.saved_per_token = saves_input ? elements(in_kept) : Footprint{};
-  extra_saved.elements /= r.seq;
-  extra_saved.fixed_bytes /= r.seq;
-  m.cost.saved_per_token += extra_saved;
+  m.cost.saved_per_token += scaled(extra_saved, r.seq);
   m.cost.input_per_token = elements(in_kept);
   return m;
-}
-
-Footprint scaled(Footprint f, double divisor) {
-  f.elements /= divisor;
-  f.fixed_bytes /= divisor;
-  return f;
 }
 
 ModuleComm comm(CommPhase phase, CommKind kind, MeshAxis axis, Footprint per_token,
@@ -112,7 +104,7 @@ ModuleComm comm(CommPhase phase, CommKind kind, MeshAxis axis, Footprint per_tok
 std::vector<ModuleComm> block_comms(const Ranks& r, int64_t width) {
   if (r.tp == 1) return {};
   const Footprint h = elements(d(width));
-  if (!r.sp) {
+  if (!r.sequence_parallel) {
     return {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, h),
             comm(CommPhase::backward, CommKind::all_reduce, MeshAxis::tp, h)};
   }
@@ -477,7 +469,6 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   if (a.position_embedding == PositionEmbedding::learned)
     spec.max_seq_len = a.max_position_embeddings;
   spec.arch = std::make_shared<const TransformerArch>(a);
-  spec.parallel = p;
 
   const double h = d(a.hidden_size);
   // Vocabulary-parallel embedding and output layer: each tensor-parallel rank holds

@@ -314,7 +314,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (c.dp_shard > 0) j["dp_shard"] = c.dp_shard;
   j["dp_outer"] = c.dp_outer;
   j["tp"] = c.tp;
-  if (c.tp > 1 || c.sequence_parallel) j["sequence_parallel"] = sequence_parallel(c);
+  if (c.tp > 1 || c.sequence_parallel.has_value()) j["sequence_parallel"] = sequence_parallel(c);
   j["tp_comm_overlap"] = c.tp_comm_overlap;
   j["cp"] = c.cp;
   if (c.cp > 1) j["cp_comm"] = cp_comm_name(c.cp_comm);

@@ -160,7 +160,10 @@ Timeline plan_timeline(const Plan& plan, std::string source, std::string allocat
                      .start = start[i],
                      .end = end[i],
                      .bytes = op.bytes,
-                     .flops = op.flops});
+                     .flops = op.flops,
+                     .group = op.group >= 0
+                                  ? plan.process_groups[static_cast<std::size_t>(op.group)].name
+                                  : std::string()});
   }
   return t;
 }

@@ -108,8 +108,8 @@ struct PlanUnit {
 // modules' ModuleComm), sized for the whole micro-batch as nccl-tests counts it.
 struct SegmentComm {
   CommKind kind = CommKind::all_gather;
-  std::string group;   // "tp" or "cp"
-  std::string module;  // the module that runs it
+  MeshAxis axis = MeshAxis::tp;  // runs over the "tp" or "cp" process group
+  std::string module;            // the module that runs it
   double bytes = 0;
   int64_t count = 1;  // back-to-back repetitions (ring steps)
 };

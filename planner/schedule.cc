@@ -224,8 +224,8 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   if (comms.empty()) return emit_.op(std::move(work));
   double tp_bytes = 0, cp_bytes = 0;
   for (const SegmentComm& c : comms) {
-    (c.group == "cp" ? cp_bytes : tp_bytes) =
-        std::max(c.group == "cp" ? cp_bytes : tp_bytes, comm_buffer_bytes(c.kind, c.bytes));
+    double& axis_bytes = c.axis == MeshAxis::cp ? cp_bytes : tp_bytes;
+    axis_bytes = std::max(axis_bytes, comm_buffer_bytes(c.kind, c.bytes));
   }
   auto buffer = [&](const char* axis, BufferRole role, double bytes) -> int64_t {
     if (bytes <= 0) return -1;  // no collective on this axis
@@ -239,21 +239,22 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   const int64_t cp_buffer = buffer("cp", BufferRole::cp_buffer, cp_bytes);
   const std::vector<int64_t> start_deps = work.deps;
   for (const SegmentComm& c : comms) {
-    const bool cp = c.group == "cp";
+    const bool cp = c.axis == MeshAxis::cp;
     const bool overlapped = cp ? c.kind == CommKind::send_recv : c_.tp_comm_overlap;
     const int64_t buf = cp ? cp_buffer : tp_buffer;
     for (int64_t step = 0; step < c.count; ++step) {
-      const int64_t id = emit_.op(PlanOp{
-          .stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
-          .kind = op_kind_of(c.kind),
-          .unit = seg.unit,
-          .micro_batch = mb_,
-          .name = fmt::format("{}_{} {} {} mb{}{}", c.group, comm_short_name(op_kind_of(c.kind)),
-                              pass, c.module, mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
-          .bytes = c.bytes,
-          .group = cp ? cp_group_ : tp_group_,
-          .deps = start_deps,
-          .writes = {buf}});
+      const int64_t id =
+          emit_.op(PlanOp{.stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
+                          .kind = op_kind_of(c.kind),
+                          .unit = seg.unit,
+                          .micro_batch = mb_,
+                          .name = fmt::format("{}_{} {} {} mb{}{}", mesh_axis_name(c.axis),
+                                              comm_short_name(op_kind_of(c.kind)), pass, c.module,
+                                              mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
+                          .bytes = c.bytes,
+                          .group = cp ? cp_group_ : tp_group_,
+                          .deps = start_deps,
+                          .writes = {buf}});
       (overlapped ? pending_side_ : work.deps).push_back(id);
     }
   }

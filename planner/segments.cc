@@ -43,7 +43,7 @@ bool has_own_work(const Module& m) {
 
 SegmentComm segment_comm(const Module& m, const ModuleComm& c, const BatchShape& shape) {
   return SegmentComm{.kind = c.kind,
-                     .group = std::string(mesh_axis_name(c.axis)),
+                     .axis = c.axis,
                      .module = m.name,
                      .bytes = c.per_token.bytes(shape.activation_bytes) *
                               static_cast<double>(shape.tokens()) * m.cost.token_fraction,

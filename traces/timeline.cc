@@ -59,9 +59,7 @@ void summarize_streams(Timeline& t) {
   double executed_flops = 0;
   for (const TimelineOp& op : t.ops) {
     const bool collective = is_collective_kind(op.kind);
-    const bool model_parallel = op.stream == "tp" || op.stream == "cp" ||
-                                (op.stream == "compute" && collective &&
-                                 (op.name.starts_with("tp_") || op.name.starts_with("cp_")));
+    const bool model_parallel = op.group == "tp" || op.group == "cp";
     if (model_parallel && op.end > op.start) model_parallel_spans.emplace_back(op.start, op.end);
     if (op.stream != "compute") continue;
     if (op.end > op.start) {
@@ -97,6 +95,7 @@ nlohmann::json timeline_to_json(const Timeline& t) {
                    {"end", o.end},
                    {"bytes", o.bytes},
                    {"flops", o.flops}});
+    if (!o.group.empty()) ops.back()["group"] = o.group;
   }
   nlohmann::json memory = nlohmann::json::array();
   for (const MemorySample& m : t.memory) memory.push_back({m.time, m.allocated, m.reserved});
@@ -178,7 +177,7 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
       .optimizer = p.non_negative_number("optimizer"),
       .model_parallel = p.has("model_parallel") ? p.non_negative_number("model_parallel") : 0.0};
   for (const JsonReader& o : r.objects("ops")) {
-    o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops"});
+    o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops", "group"});
     TimelineOp op{.op = o.integer("op"),
                   .name = o.string("name"),
                   .stream = o.string("stream"),
@@ -186,7 +185,8 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
                   .start = o.non_negative_number("start"),
                   .end = o.non_negative_number("end"),
                   .bytes = o.non_negative_number("bytes"),
-                  .flops = o.non_negative_number("flops")};
+                  .flops = o.non_negative_number("flops"),
+                  .group = o.has("group") ? o.string("group") : std::string()};
     if (op.end < op.start) o.fail("end", "ends before it starts");
     t.ops.push_back(std::move(op));
   }

@@ -21,6 +21,7 @@ struct TimelineOp {
   double end = 0;
   double bytes = 0;
   double flops = 0;
+  std::string group;  // a collective's process group ("tp", "dp_shard_cp", ...); "" otherwise
 };
 
 // Device memory after an allocation or a free at `time`.

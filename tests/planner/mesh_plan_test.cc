@@ -114,7 +114,9 @@ TEST(MeshPlan, TwoLayersWithTp2Cp2HandWorked) {
     EXPECT_EQ(op.group < 0 ? "-" : plan.process_groups[static_cast<std::size_t>(op.group)].name,
               e.group)
         << op.name;
-    if (e.bytes >= 0) EXPECT_EQ(op.bytes, e.bytes) << op.name;
+    if (e.bytes >= 0) {
+      EXPECT_EQ(op.bytes, e.bytes) << op.name;
+    }
     EXPECT_EQ(op.deps, e.deps) << op.name;
   }
   // Backward of layer 0, in execution order: the MLP block's collectives (gather the output

@@ -115,6 +115,13 @@ TEST(PlanValidator, ProcessGroupsThatDoNotTileOrAreNotNamed) {
   plan = tiny_plan();
   plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "tp"))].size = 2;
   EXPECT_EQ(error_kind(plan), PlanErrorKind::bad_process_group);
+  // Groups that tile the GPUs but whose mesh is not all of them.
+  plan = tiny_plan();
+  plan.num_gpus = 8;
+  const auto error = validate_plan(plan);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->kind, PlanErrorKind::bad_process_group);
+  EXPECT_NE(error->message.find("is not the plan's 8 GPUs"), std::string::npos) << error->message;
   for (const int64_t group : {int64_t{-1}, int64_t{7}}) {
     plan = tiny_plan();
     for (PlanOp& op : plan.ops) {
