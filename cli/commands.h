@@ -69,9 +69,11 @@ struct SimulateParams {
 };
 
 struct SweepParams {
-  JobParams job;                        // model, cluster, GPUs and the base config
-  std::string space_file;               // search space JSON; empty = the default space
-  std::vector<std::string> strategies;  // override lists (each replaces the space's)
+  JobParams job;            // model, cluster, GPUs and the base config
+  std::string space_file;   // search space JSON; empty = the default space
+  std::vector<int64_t> tp;  // override lists (each replaces the space's)
+  std::vector<int64_t> cp;
+  std::vector<std::string> strategies;
   std::vector<int64_t> dp_outer;
   std::vector<int64_t> prefetch;
   std::vector<std::string> recompute;

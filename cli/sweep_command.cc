@@ -17,7 +17,7 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/sweep.h"
-#include "simulator/simulate.h"
+#include "simulator/predict_step.h"
 #include "simulator/sweep_report.h"
 
 namespace shardplan {
@@ -29,6 +29,8 @@ SearchSpace build_space(const SweepParams& p, const Job& job) {
     space = search_space_from_json(read_json_file(p.space_file), p.space_file, space);
   // Flags replace single lists of the space; they go through the same reader.
   nlohmann::json flags = nlohmann::json::object();
+  if (!p.tp.empty()) flags["tp"] = p.tp;
+  if (!p.cp.empty()) flags["cp"] = p.cp;
   if (!p.strategies.empty()) flags["sharding_strategy"] = p.strategies;
   if (!p.dp_outer.empty()) flags["dp_outer"] = p.dp_outer;
   if (!p.prefetch.empty()) flags["prefetch"] = p.prefetch;
@@ -58,6 +60,8 @@ nlohmann::json point_json(const SweepPoint& p) {
                                 : p.state == PointState::pruned  ? "pruned"
                                                                  : "invalid"}};
   if (!p.reason.empty()) j["reason"] = p.reason;
+  if (p.memory_lower_bound > 0) j["memory_lower_bound_bytes"] = p.memory_lower_bound;
+  if (p.step_lower_bound > 0) j["step_lower_bound_seconds"] = p.step_lower_bound;
   if (p.state == PointState::evaluated) {
     const TimelineSummary& s = p.summary;
     j["step_seconds"] = s.step_seconds;
@@ -83,27 +87,30 @@ nlohmann::json point_json(const SweepPoint& p) {
 
 std::string csv_text(const SweepResult& r) {
   std::string out =
-      "index,label,sharding_strategy,dp_shard,dp_outer,outer_strategy,bucket_bytes,prefetch,"
-      "recompute,micro_batch,grad_accum,fp8_param_gather,double_buffer,allocator,state,"
-      "step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto\n";
+      "index,label,sharding_strategy,tp,cp,dp_shard,dp_outer,outer_strategy,bucket_bytes,"
+      "prefetch,recompute,micro_batch,grad_accum,fp8_param_gather,double_buffer,allocator,state,"
+      "step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto,"
+      "memory_lower_bound_bytes,step_lower_bound_seconds\n";
   for (std::size_t i = 0; i < r.points.size(); ++i) {
     const SweepPoint& p = r.points[i];
     const FsdpConfig& c = p.config;
     const bool ok = p.state == PointState::evaluated;
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i,
-                       describe_config(c), sharding_strategy_name(c.sharding_strategy), c.dp_shard,
-                       c.dp_outer, outer_strategy_name(c.outer_strategy),
-                       c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
-                       recompute_name(c.recompute), c.micro_batch, c.grad_accum, c.fp8_param_gather,
-                       c.double_buffer, allocator_name(c.allocator),
-                       ok                              ? "evaluated"
-                       : p.state == PointState::pruned ? "pruned"
-                                                       : "invalid",
-                       ok ? fmt::format("{:.9g}", p.summary.step_seconds) : "",
-                       ok ? fmt::format("{:.6g}", p.summary.tokens_per_second_per_gpu) : "",
-                       ok ? fmt::format("{:.6g}", p.summary.mfu) : "",
-                       ok ? std::to_string(p.summary.peak_reserved_bytes) : "", ok && p.fits,
-                       p.pareto);
+    out +=
+        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                    i, describe_config(c), sharding_strategy_name(c.sharding_strategy), c.tp, c.cp,
+                    c.dp_shard, c.dp_outer, outer_strategy_name(c.outer_strategy),
+                    c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
+                    recompute_name(c.recompute), c.micro_batch, c.grad_accum, c.fp8_param_gather,
+                    c.double_buffer, allocator_name(c.allocator),
+                    ok                              ? "evaluated"
+                    : p.state == PointState::pruned ? "pruned"
+                                                    : "invalid",
+                    ok ? fmt::format("{:.9g}", p.summary.step_seconds) : "",
+                    ok ? fmt::format("{:.6g}", p.summary.tokens_per_second_per_gpu) : "",
+                    ok ? fmt::format("{:.6g}", p.summary.mfu) : "",
+                    ok ? std::to_string(p.summary.peak_reserved_bytes) : "", ok && p.fits, p.pareto,
+                    p.memory_lower_bound > 0 ? fmt::format("{:.0f}", p.memory_lower_bound) : "",
+                    p.step_lower_bound > 0 ? fmt::format("{:.9g}", p.step_lower_bound) : "");
   }
   return out;
 }
@@ -121,7 +128,8 @@ std::string no_fit_text(const SweepResult& r, const NoFitAdvice& advice) {
   } else if (advice.lowest_bound) {
     const SweepPoint& smallest = r.points[*advice.lowest_bound];
     text += fmt::format(
-        "Every configuration was pruned: even {} needs at least {} for persistent state.\n",
+        "Every configuration was pruned: even {} needs at least {} for persistent state and "
+        "saved activations.\n",
         describe_config(smallest.config), format_bytes(smallest.memory_lower_bound));
   }
   if (advice.try_full_recompute) text += "Try recompute full (not in the searched space).\n";
@@ -154,6 +162,7 @@ nlohmann::json sweep_json(const SweepParams& p, const Job& job, const SweepResul
                       {"configurations", result.points.size()},
                       {"evaluated", result.evaluated},
                       {"pruned", result.pruned},
+                      {"pruned_by_time", result.pruned_by_time},
                       {"invalid", result.invalid},
                       {"fitting", result.ranking.size()},
                       {"seconds", seconds},
@@ -170,10 +179,11 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
                  std::ostream& out) {
   out << fmt::format("{}, memory cap {}\n", title, format_bytes(static_cast<double>(cap)));
   out << fmt::format(
-      "{} configurations: {} evaluated, {} pruned (persistent state over the cap), {} invalid; "
-      "{} fit. {:.2f} s on {} thread{}.\n\n",
-      result.points.size(), result.evaluated, result.pruned, result.invalid, result.ranking.size(),
-      seconds, threads, threads == 1 ? "" : "s");
+      "{} configurations: {} simulated; {} pruned by the memory bound, {} by the step-time bound; "
+      "{} invalid. {} fit. {:.2f} s on {} thread{}.\n\n",
+      result.points.size(), result.evaluated, result.pruned - result.pruned_by_time,
+      result.pruned_by_time, result.invalid, result.ranking.size(), seconds, threads,
+      threads == 1 ? "" : "s");
   if (result.ranking.empty()) {
     out << advice;
     return;
@@ -239,14 +249,25 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (p.top <= 0) throw InputError("", "--top", "must be positive");
   const std::vector<FsdpConfig> configs =
       enumerate_configs(space, job.config, job.cluster.num_gpus);
+  // Under the caching allocator the pool's layout does not enter the prediction (the
+  // simulator replays the allocator instead): an allocator's online placement in O(n log n)
+  // replaces the exact search, which took most of a sweep's time.
+  const std::unique_ptr<OffsetAssigner> online = make_online_assigner();
   const Evaluator evaluate = [&](const FsdpConfig& c, const ClusterSpec& cluster) {
-    return simulate(build_plan(job.model, cluster, c), cluster).summary;
+    const OffsetAssigner* assigner = c.allocator == Allocator::caching ? online.get() : nullptr;
+    return predict_step(job.model, cluster, c, assigner);
   };
-  SweepOptions options{.memory_cap = cap,
-                       .threads = p.threads > 0 ? p.threads
-                                                : static_cast<int>(std::max(
-                                                      1u, std::thread::hardware_concurrency())),
-                       .prune = !p.no_prune};
+  SweepOptions options{
+      .memory_cap = cap,
+      .threads = p.threads > 0
+                     ? p.threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+      .prune = !p.no_prune,
+      .step_lower_bound =
+          [&](const FsdpConfig& c) {
+            return compute_stream_seconds_per_micro_batch(job.model, job.cluster, c);
+          },
+      .keep = p.top};
   // A progress bar only for a person watching.
   const bool terminal = &progress == &std::cerr && isatty(STDERR_FILENO) != 0;
   if (terminal) {
@@ -302,6 +323,8 @@ Command add_sweep_command(CLI::App& app) {
   add_job_options(*sweep, p.job);
   sweep->add_option("--space", p.space_file, "search space JSON (default: the usual space)")
       ->check(CLI::ExistingFile);
+  sweep->add_option("--tp", p.tp, "tensor-parallel sizes to try")->delimiter(',');
+  sweep->add_option("--cp", p.cp, "context-parallel sizes to try")->delimiter(',');
   sweep->add_option("--strategies", p.strategies, "sharding strategies to try")->delimiter(',');
   sweep->add_option("--dp-outer", p.dp_outer, "HSDP outer sizes to try")->delimiter(',');
   sweep->add_option("--prefetch", p.prefetch, "prefetch depths to try")->delimiter(',');

@@ -66,6 +66,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   e.dp_outer = c.dp_outer;
   e.units = static_cast<int64_t>(units.size());
   e.largest_unit_parameters = std::max(root, largest_layer);
+  e.root_unit_parameters = root;
 
   // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies).
   const double weight_bytes =
@@ -119,6 +120,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   }
   const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;
   e.activations = in_units_kept + outside;
+  e.saved_activations = e.activations;
   // Full recompute re-creates one unit's activations inside its backward.
   if (c.recompute == Recompute::full) e.activations += largest_recompute;
 

@@ -22,6 +22,10 @@ struct MemoryEstimate : MemoryBreakdown {
   int64_t dp_outer = 0;
   int64_t units = 0;  // FSDP units, the root unit included
   int64_t largest_unit_parameters = 0;
+  int64_t root_unit_parameters = 0;  // the parameters outside every layer unit
+  // The activations every unit and the root keep for backward, all live when the last
+  // forward ends (activations less what full recompute re-creates in a backward).
+  double saved_activations = 0;
 };
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <optional>
+#include <memory>
 
 #include "models/model_spec.h"
 #include "models/module_cost.h"
@@ -13,18 +13,17 @@ namespace shardplan {
 // or context parallelism, else the model rebuilt for one rank (parallel_model: weights
 // split over tp, the vocabulary padded, activations and FLOPs per rank, the tp and cp
 // collectives of every module). The config must be resolved (resolve_fsdp_config checked
-// that the model can be split); `whole` must outlive this.
+// that the model can be split); `whole` must outlive this. A split is a pure function of
+// the architecture and the mesh, and a sweep asks for the same few thousands of times:
+// the last splits are kept (rank_model.cc) and shared.
 class RankModel {
  public:
-  RankModel(const ModelSpec& whole, const FsdpConfig& config) : whole_(&whole) {
-    const ModelParallel p = model_parallel(config);
-    if (!p.trivial()) own_ = parallel_model(whole, p);
-  }
+  RankModel(const ModelSpec& whole, const FsdpConfig& config);
   const ModelSpec& get() const { return own_ ? *own_ : *whole_; }
 
  private:
   const ModelSpec* whole_;
-  std::optional<ModelSpec> own_;
+  std::shared_ptr<const ModelSpec> own_;
 };
 
 // One micro-batch on one rank of a resolved config: micro_batch sequences of seq_len

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -51,9 +52,52 @@ int64_t default_memory_cap(const ClusterSpec& cluster) {
   return static_cast<int64_t>(0.95 * static_cast<double>(cluster.gpu.hbm_bytes));
 }
 
+namespace {
+
+// A tp and cp of the mesh alone, with everything else from `base`.
+FsdpConfig with_mesh(const FsdpConfig& base, int64_t tp, int64_t cp) {
+  FsdpConfig c = base;
+  c.tp = tp;
+  c.cp = cp;
+  c.dp_outer = 1;
+  c.dp_shard = 0;
+  // Sequence parallelism follows tp (Megatron-FSDP runs TP with SP; the base may be a
+  // resolved config with it set for its own tp); TP overlap and the CP exchange are the
+  // base's where tp, cp > 1.
+  c.sequence_parallel.reset();
+  if (tp == 1) c.tp_comm_overlap = false;
+  if (cp == 1) c.cp_comm = CpComm::p2p;
+  return c;
+}
+
+// Powers of two from 1 to `most` with which the base config resolves on its own.
+std::vector<int64_t> mesh_sizes(const ModelSpec& model, const ClusterSpec& cluster,
+                                const FsdpConfig& base, int64_t most, bool tensor) {
+  std::vector<int64_t> sizes;
+  for (int64_t size = 1; size <= most; size *= 2) {
+    try {
+      resolve_fsdp_config(with_mesh(base, tensor ? size : 1, tensor ? 1 : size), model, cluster,
+                          "sweep");
+      sizes.push_back(size);
+    } catch (const InputError&) {
+    }
+  }
+  return sizes;
+}
+
+}  // namespace
+
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base) {
   SearchSpace s;
+  if (model.arch != nullptr) {
+    // TP beyond 8 is rare even inside larger NVLink domains: heads run out and each GEMM
+    // shrinks; the user's --tp list reaches further.
+    s.tp = mesh_sizes(model, cluster, base, std::min<int64_t>(8, cluster.gpus_per_node), true);
+    s.cp = mesh_sizes(model, cluster, base, 4, false);
+  }
+  if (s.tp.empty()) s.tp = {base.tp};
+  if (s.cp.empty()) s.cp = {base.cp};
   // Replicating every weight, gradient and state only pays off for small models.
   if (total_parameters(model.root) < 2'000'000'000)
     s.strategies.push_back(ShardingStrategy::no_shard);
@@ -78,9 +122,9 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
 SearchSpace search_space_from_json(const nlohmann::json& json, const std::string& label,
                                    SearchSpace s) {
   const JsonReader r(json, label);
-  r.expect_only({"sharding_strategy", "dp_outer", "outer_strategy", "bucket_bytes", "prefetch",
-                 "recompute", "micro_batch", "global_batch_sequences", "global_batch_tokens",
-                 "fp8_param_gather", "double_buffer", "allocator"});
+  r.expect_only({"tp", "cp", "sharding_strategy", "dp_outer", "outer_strategy", "bucket_bytes",
+                 "prefetch", "recompute", "micro_batch", "global_batch_sequences",
+                 "global_batch_tokens", "fp8_param_gather", "double_buffer", "allocator"});
   auto named = [&](auto parse, auto names, const char* what) {
     return [&, parse, names, what](const nlohmann::json& v, const std::string& path) {
       if (!v.is_string()) r.fail(path, "expected a name");
@@ -102,6 +146,8 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
     if (!v.is_boolean()) r.fail(path, "expected true or false");
     return v.get<bool>();
   };
+  if (r.has("tp")) s.tp = parse_list<int64_t>(r, "tp", positive);
+  if (r.has("cp")) s.cp = parse_list<int64_t>(r, "cp", positive);
   if (r.has("sharding_strategy")) {
     s.strategies = parse_list<ShardingStrategy>(
         r, "sharding_strategy",
@@ -153,9 +199,9 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   constexpr int64_t kMaxConfigs = 100'000;
   int64_t configs = 1;
   for (const std::size_t n :
-       {s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(), s.bucket_bytes.size(),
-        s.prefetch.size(), s.recompute.size(), s.micro_batches.size(), s.fp8_param_gather.size(),
-        s.double_buffer.size(), s.allocators.size()}) {
+       {s.tp.size(), s.cp.size(), s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(),
+        s.bucket_bytes.size(), s.prefetch.size(), s.recompute.size(), s.micro_batches.size(),
+        s.fp8_param_gather.size(), s.double_buffer.size(), s.allocators.size()}) {
     configs = std::min<int64_t>(configs * static_cast<int64_t>(std::max<std::size_t>(n, 1)),
                                 kMaxConfigs + 1);
   }
@@ -171,38 +217,50 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
   int64_t batch = space.global_batch_sequences;
   if (batch < 0) batch = -batch / std::max<int64_t>(base.seq_len, 1);  // from tokens
   std::vector<FsdpConfig> out;
-  for (ShardingStrategy strategy : space.strategies) {
-    for (int64_t outer : space.dp_outer) {
-      const std::vector<OuterStrategy> outers =
-          outer > 1 ? space.outer_strategies : std::vector<OuterStrategy>{OuterStrategy::no_shard};
-      for (OuterStrategy outer_strategy : outers) {
-        for (const std::optional<int64_t>& bucket : space.bucket_bytes) {
-          for (int64_t prefetch : space.prefetch) {
-            for (Recompute recompute : space.recompute) {
-              for (int64_t micro_batch : space.micro_batches) {
-                for (bool fp8 : space.fp8_param_gather) {
-                  for (bool double_buffer : space.double_buffer) {
-                    for (Allocator allocator : space.allocators) {
-                      FsdpConfig c = base;
-                      c.sharding_strategy = strategy;
-                      c.dp_outer = outer;
-                      c.dp_shard = num_gpus % outer == 0 ? num_gpus / outer : 0;
-                      c.outer_strategy = outer_strategy;
-                      c.bucket_bytes = bucket;
-                      c.forward_prefetch = c.backward_prefetch = prefetch;
-                      c.recompute = recompute;
-                      c.micro_batch = micro_batch;
-                      // The global batch fixes micro_batch × grad_accum per GPU; 0 marks a
-                      // micro-batch that does not divide it (reported as invalid).
-                      const int64_t per_gpu = batch > 0 ? batch / num_gpus : 0;
-                      c.grad_accum = batch <= 0 ? base.grad_accum
-                                     : (batch % num_gpus == 0 && per_gpu % micro_batch == 0)
-                                         ? per_gpu / micro_batch
-                                         : 0;
-                      c.fp8_param_gather = fp8;
-                      c.double_buffer = double_buffer;
-                      c.allocator = allocator;
-                      out.push_back(std::move(c));
+  for (int64_t tp : space.tp) {
+    for (int64_t cp : space.cp) {
+      const FsdpConfig mesh = with_mesh(base, tp, cp);
+      // Sequences per data-parallel rank: the tp × cp ranks of one replica share theirs.
+      const int64_t model_ranks = tp * cp;
+      const int64_t dp_ranks = num_gpus % model_ranks == 0 ? num_gpus / model_ranks : 0;
+      for (ShardingStrategy strategy : space.strategies) {
+        for (int64_t outer : space.dp_outer) {
+          const std::vector<OuterStrategy> outers =
+              outer > 1 ? space.outer_strategies
+                        : std::vector<OuterStrategy>{OuterStrategy::no_shard};
+          for (OuterStrategy outer_strategy : outers) {
+            for (const std::optional<int64_t>& bucket : space.bucket_bytes) {
+              for (int64_t prefetch : space.prefetch) {
+                for (Recompute recompute : space.recompute) {
+                  for (int64_t micro_batch : space.micro_batches) {
+                    for (bool fp8 : space.fp8_param_gather) {
+                      for (bool double_buffer : space.double_buffer) {
+                        for (Allocator allocator : space.allocators) {
+                          FsdpConfig c = mesh;
+                          c.sharding_strategy = strategy;
+                          c.dp_outer = outer;
+                          // 0: resolve infers it, or says why the mesh does not tile.
+                          c.dp_shard = 0;
+                          c.outer_strategy = outer_strategy;
+                          c.bucket_bytes = bucket;
+                          c.forward_prefetch = c.backward_prefetch = prefetch;
+                          c.recompute = recompute;
+                          c.micro_batch = micro_batch;
+                          // The global batch fixes micro_batch × grad_accum per data-parallel
+                          // rank; 0 marks a micro-batch that does not divide it (reported
+                          // as invalid).
+                          const int64_t per_rank = dp_ranks > 0 ? batch / dp_ranks : 0;
+                          c.grad_accum = batch <= 0 ? base.grad_accum
+                                         : (dp_ranks > 0 && batch % dp_ranks == 0 &&
+                                            per_rank % micro_batch == 0)
+                                             ? per_rank / micro_batch
+                                             : 0;
+                          c.fp8_param_gather = fp8;
+                          c.double_buffer = double_buffer;
+                          c.allocator = allocator;
+                          out.push_back(std::move(c));
+                        }
+                      }
                     }
                   }
                 }
@@ -219,21 +277,32 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved) {
   const MemoryEstimate e = estimate_memory(model, cluster, resolved);
-  double bound = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
-                 e.double_buffers + e.non_tensor;
-  // Under ZeRO-3 some unit's weights are gathered at every moment of the step.
-  if (e.unsharded_weights > 0) {
-    const double gathered =
-        resolved.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(resolved.param_dtype));
-    bound += gathered * static_cast<double>(e.largest_unit_parameters);
-  }
-  return bound;
+  const double persistent = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
+                            e.double_buffers + e.non_tensor;
+  if (e.unsharded_weights <= 0) return persistent + e.saved_activations;
+  // Under ZeRO-3 some unit's weights are gathered at every moment of the step; when the
+  // last forward ends, every unit's saved activations are live and the root unit (which
+  // stays gathered from the first forward to the last backward) with them.
+  const double gathered =
+      resolved.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(resolved.param_dtype));
+  return persistent +
+         std::max(gathered * static_cast<double>(e.largest_unit_parameters),
+                  gathered * static_cast<double>(e.root_unit_parameters) + e.saved_activations);
 }
 
 std::string describe_config(const FsdpConfig& c) {
   std::string text =
       fmt::format("{} {}×{}", strategy_short(c.sharding_strategy), c.dp_shard, c.dp_outer);
   if (c.dp_outer > 1) text += fmt::format("({})", outer_strategy_name(c.outer_strategy));
+  if (c.tp > 1) {
+    text += fmt::format(" tp{}", c.tp);
+    if (!sequence_parallel(c)) text += "(no-sp)";
+    if (c.tp_comm_overlap) text += "(overlap)";
+  }
+  if (c.cp > 1) {
+    text += fmt::format(" cp{}", c.cp);
+    if (c.cp_comm != CpComm::p2p) text += fmt::format("({})", cp_comm_name(c.cp_comm));
+  }
   text += fmt::format(" pf{} {} mb{}×ga{}", c.forward_prefetch, recompute_name(c.recompute),
                       c.micro_batch, c.grad_accum);
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
@@ -243,60 +312,204 @@ std::string describe_config(const FsdpConfig& c) {
   return text;
 }
 
+FsdpConfig compute_class(const FsdpConfig& config) {
+  FsdpConfig c = config;
+  const FsdpConfig defaults;
+  c.sharding_strategy = defaults.sharding_strategy;
+  c.dp_shard = defaults.dp_shard;
+  c.dp_outer = defaults.dp_outer;
+  c.outer_strategy = defaults.outer_strategy;
+  c.bucket_bytes = defaults.bucket_bytes;
+  c.forward_prefetch = defaults.forward_prefetch;
+  c.backward_prefetch = defaults.backward_prefetch;
+  c.async_reduce = defaults.async_reduce;
+  c.max_live_grad_buffers = defaults.max_live_grad_buffers;
+  c.main_param_dtype = defaults.main_param_dtype;
+  c.main_grad_dtype = defaults.main_grad_dtype;
+  c.grad_reduce_dtype = defaults.grad_reduce_dtype;
+  c.keep_fp8_transpose_cache = defaults.keep_fp8_transpose_cache;
+  c.double_buffer = defaults.double_buffer;
+  c.allocator = defaults.allocator;
+  c.optimizer = defaults.optimizer;
+  c.grad_accum = 1;
+  return c;
+}
+
+namespace {
+
+// Runs `work(i)` for i in [0, n) on `threads` threads; the first exception is rethrown.
+void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& work) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto run = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      try {
+        work(i);
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const auto extra = static_cast<std::size_t>(std::max(1, threads) - 1);
+  for (std::size_t t = 0; t < std::min(extra, n); ++t) pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Configurations already simulated, for the skipping rule of SweepOptions.
+class Frontier {
+ public:
+  explicit Frontier(int64_t keep) : keep_(static_cast<std::size_t>(std::max<int64_t>(keep, 1))) {}
+
+  void add(const TimelineSummary& s, bool fits) {
+    done_.emplace_back(s.step_seconds, s.peak_reserved_bytes);
+    if (fits) {
+      fastest_.insert(std::upper_bound(fastest_.begin(), fastest_.end(), s.step_seconds),
+                      s.step_seconds);
+      if (fastest_.size() > keep_) fastest_.pop_back();
+    }
+  }
+  // Whether a configuration whose step is at least `step_bound` and whose peak is at
+  // least `memory_bound` can reach neither the fastest `keep` nor the Pareto front.
+  bool excludes(double step_bound, double memory_bound) const {
+    if (fastest_.size() < keep_ || step_bound <= fastest_.back()) return false;
+    return std::any_of(done_.begin(), done_.end(), [&](const auto& d) {
+      return d.first < step_bound && static_cast<double>(d.second) <= memory_bound;
+    });
+  }
+  // The slowest of the fastest `keep` fitting steps (for the pruning reason).
+  double threshold() const { return fastest_.back(); }
+
+ private:
+  std::size_t keep_;
+  std::vector<double> fastest_;  // ascending
+  std::vector<std::pair<double, int64_t>> done_;
+};
+
+}  // namespace
+
 SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
                           const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
                           const SweepOptions& options) {
   SweepResult result;
   result.memory_cap = options.memory_cap;
   result.points.resize(configs.size());
-  std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> finished{0};
   std::mutex progress_mutex;
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    for (std::size_t i = next++; i < configs.size(); i = next++) {
-      SweepPoint& p = result.points[i];
-      try {
-        if (configs[i].grad_accum <= 0) {
-          p.config = configs[i];
-          p.state = PointState::invalid;
-          p.reason = fmt::format("micro_batch {} does not divide the global batch",
-                                 configs[i].micro_batch);
-        } else {
-          // The rules on which knobs combine (FP8 needs ZeRO-3, ...).
-          check_fsdp_config(configs[i], "sweep");
-          p.config = resolve_fsdp_config(configs[i], model, cluster, "sweep");
-          p.memory_lower_bound = memory_lower_bound(model, cluster, p.config);
-          if (options.prune && p.memory_lower_bound > static_cast<double>(options.memory_cap)) {
-            p.state = PointState::pruned;
-            p.reason = "persistent state alone exceeds the memory cap";
-          } else {
-            p.summary = evaluate(p.config, cluster);
-            p.fits = p.summary.peak_reserved_bytes <= options.memory_cap;
-          }
-        }
-      } catch (const InputError& e) {
-        p.config = configs[i];
-        p.state = PointState::invalid;
-        p.reason = e.field().empty() ? e.reason() : e.field() + ": " + e.reason();
-      } catch (...) {
-        std::lock_guard lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-      const std::size_t done = ++finished;
-      if (options.progress) {
-        std::lock_guard lock(progress_mutex);
-        options.progress(done, configs.size());
-      }
+  auto progressed = [&](std::size_t count) {
+    const std::size_t done = finished += count;
+    if (options.progress) {
+      std::lock_guard lock(progress_mutex);
+      options.progress(done, configs.size());
     }
   };
-  const int threads = std::max(1, options.threads);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
+
+  // Resolve and bound every configuration (cheap: closed forms).
+  parallel_for(configs.size(), options.threads, [&](std::size_t i) {
+    SweepPoint& p = result.points[i];
+    try {
+      if (configs[i].grad_accum <= 0) {
+        p.config = configs[i];
+        p.state = PointState::invalid;
+        p.reason =
+            fmt::format("micro_batch {} does not divide the global batch", configs[i].micro_batch);
+      } else {
+        // The rules on which knobs combine (FP8 needs ZeRO-3, ...).
+        check_fsdp_config(configs[i], "sweep");
+        p.config = resolve_fsdp_config(configs[i], model, cluster, "sweep");
+        p.memory_lower_bound = memory_lower_bound(model, cluster, p.config);
+        if (options.prune && p.memory_lower_bound > static_cast<double>(options.memory_cap)) {
+          p.state = PointState::pruned;
+          p.reason = "persistent state and saved activations alone exceed the memory cap";
+        }
+      }
+    } catch (const InputError& e) {
+      p.config = configs[i];
+      p.state = PointState::invalid;
+      p.reason = e.field().empty() ? e.reason() : e.field() + ": " + e.reason();
+    }
+    if (p.state != PointState::evaluated) progressed(1);
+  });
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    if (result.points[i].state == PointState::evaluated) order.push_back(i);
+  }
+
+  // Step bounds, once per compute class, then the cheapest bound first.
+  const bool bound_time = options.prune && options.step_lower_bound != nullptr;
+  if (bound_time) {
+    std::map<std::string, std::size_t> class_of;  // class key → index into classes
+    std::vector<std::size_t> representative;
+    std::vector<std::size_t> point_class(configs.size());
+    for (std::size_t i : order) {
+      const std::string key = fsdp_config_to_json(compute_class(result.points[i].config)).dump();
+      const auto [it, added] = class_of.try_emplace(key, representative.size());
+      if (added) representative.push_back(i);
+      point_class[i] = it->second;
+    }
+    std::vector<double> per_micro_batch(representative.size());
+    parallel_for(representative.size(), options.threads, [&](std::size_t k) {
+      per_micro_batch[k] = options.step_lower_bound(result.points[representative[k]].config);
+    });
+    for (std::size_t i : order) {
+      SweepPoint& p = result.points[i];
+      p.step_lower_bound =
+          static_cast<double>(p.config.grad_accum) * per_micro_batch[point_class[i]];
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return result.points[a].step_lower_bound < result.points[b].step_lower_bound;
+    });
+  }
+
+  // Simulate in batches; between batches, skip what the bound rules out. The batches do
+  // not depend on the thread or process count, so neither does the result.
+  const std::function<TimelineSummary(std::size_t)> evaluate_one = [&](std::size_t i) {
+    return evaluate(result.points[i].config, cluster);
+  };
+  const BatchEvaluator local = [&](const std::vector<std::size_t>& batch,
+                                   const std::function<TimelineSummary(std::size_t)>& one) {
+    std::vector<TimelineSummary> out(batch.size());
+    parallel_for(batch.size(), options.threads, [&](std::size_t k) {
+      out[k] = one(batch[k]);
+      progressed(1);
+    });
+    return out;
+  };
+  const BatchEvaluator& run_batch = options.batch_evaluator ? options.batch_evaluator : local;
+  Frontier frontier(options.keep);
+  const std::size_t batch_size = bound_time ? kSweepBatch : order.size();
+  std::size_t next = 0;
+  while (next < order.size()) {
+    std::vector<std::size_t> batch;
+    for (; next < order.size() && batch.size() < batch_size; ++next) {
+      SweepPoint& p = result.points[order[next]];
+      if (bound_time && frontier.excludes(p.step_lower_bound, p.memory_lower_bound)) {
+        p.state = PointState::pruned;
+        p.reason = fmt::format(
+            "its compute stream alone needs {:.4g} s, more than the {} fastest fitting "
+            "configurations ({:.4g} s) and a faster one needs less memory",
+            p.step_lower_bound, options.keep, frontier.threshold());
+        ++result.pruned_by_time;
+        progressed(1);
+      } else {
+        batch.push_back(order[next]);
+      }
+    }
+    if (batch.empty()) break;
+    const std::vector<TimelineSummary> summaries = run_batch(batch, evaluate_one);
+    if (summaries.size() != batch.size())
+      throw std::logic_error("sweep: the batch evaluator lost configurations");
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      SweepPoint& p = result.points[batch[k]];
+      p.summary = summaries[k];
+      p.fits = p.summary.peak_reserved_bytes <= options.memory_cap;
+      frontier.add(p.summary, p.fits);
+    }
+  }
 
   std::vector<std::size_t> evaluated;
   for (std::size_t i = 0; i < result.points.size(); ++i) {

@@ -15,9 +15,12 @@
 namespace shardplan {
 
 // The configurations a sweep tries: the product of these lists, for a global batch held
-// fixed (micro_batch × grad_accum × GPUs sequences per step). Every other config field
-// comes from the base config.
+// fixed (micro_batch × grad_accum × data-parallel ranks sequences per step, the
+// data-parallel ranks being GPUs ÷ (tp × cp)). Every other config field comes from the
+// base config.
 struct SearchSpace {
+  std::vector<int64_t> tp;  // tensor-parallel sizes (sequence parallel on when tp > 1)
+  std::vector<int64_t> cp;  // context-parallel sizes (the base config's cp_comm)
   std::vector<ShardingStrategy> strategies;
   std::vector<int64_t> dp_outer;                // each must divide the GPU count; 1 = no HSDP
   std::vector<OuterStrategy> outer_strategies;  // tried where dp_outer > 1
@@ -31,10 +34,13 @@ struct SearchSpace {
   std::vector<Allocator> allocators;
 };
 
-// What a sweep covers with no flags: ZeRO-1/2/3 (no_shard only for models under 2 B
-// parameters), every power-of-two dp_outer with both outer strategies, the base bucket,
-// prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a global batch
-// of 4 sequences per GPU, FP8 gather on GPUs that have it, the caching allocator.
+// What a sweep covers with no flags: for transformer models every power-of-two tp up to
+// 8 within an NVLink domain and cp 1, 2 and 4 that the model and the sequence allow (tp
+// and cp of the base config for explicit models); ZeRO-1/2/3 (no_shard only for models
+// under 2 B parameters), every power-of-two dp_outer with both outer strategies, the
+// base bucket, prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a
+// global batch of 4 sequences per GPU, FP8 gather on GPUs that have it, the caching
+// allocator.
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base);
 
@@ -55,6 +61,7 @@ struct SweepPoint {
   PointState state = PointState::evaluated;
   std::string reason;             // invalid: the config error; pruned: why
   double memory_lower_bound = 0;  // bytes per GPU that every plan of this config needs
+  double step_lower_bound = 0;    // seconds; 0 when not computed (pruned by memory, invalid)
   TimelineSummary summary;        // evaluated only
   bool fits = false;              // evaluated and peak reserved ≤ the cap
   bool pareto = false;            // on the front of peak reserved vs step time
@@ -65,29 +72,58 @@ struct SweepResult {
   std::vector<std::size_t> ranking;  // fitting points, fastest first
   int64_t memory_cap = 0;
   int64_t evaluated = 0, pruned = 0, invalid = 0;
+  int64_t pruned_by_time = 0;  // of `pruned`: the step-time bound, not memory
 };
 
 // Predicts one resolved configuration on `cluster` (the simulator, handed in by the
 // caller: the planner does not depend on it).
 using Evaluator = std::function<TimelineSummary(const FsdpConfig&, const ClusterSpec&)>;
 
+// Evaluates a batch of configurations (indices into the list handed to sweep_configs)
+// and returns their summaries in the same order, every caller seeing all of them: how a
+// sweep spreads over processes (cli: MPI ranks). None: this process's threads.
+using BatchEvaluator = std::function<std::vector<TimelineSummary>(
+    const std::vector<std::size_t>& indices,
+    const std::function<TimelineSummary(std::size_t)>& evaluate_one)>;
+
 struct SweepOptions {
   int64_t memory_cap = 0;  // bytes; peak reserved must not exceed it
   int threads = 1;
   bool prune = true;
+  // Seconds per micro-batch b such that grad_accum × b bounds the step time of every
+  // configuration of the resolved configuration's compute_class from below (asked once
+  // per class, for one of its configurations). With it (and prune), configurations are simulated in
+  // order of their bound, and one is skipped once `keep` fitting configurations are faster than its
+  // bound and a simulated one is both faster than its bound and at most its memory bound (it can
+  // reach neither the top `keep` nor the Pareto front).
+  std::function<double(const FsdpConfig&)> step_lower_bound;
+  int64_t keep = 10;
+  BatchEvaluator batch_evaluator;
   // Called after each configuration with (done, total); from worker threads, serialised.
   std::function<void(std::size_t, std::size_t)> progress;
 };
 
 // A bound on the memory any plan of `resolved` needs per GPU: persistent state (ZeRO
-// table), non-tensor memory and, when weights are sharded, one gathered largest unit.
+// table), non-tensor memory, and the most of: one gathered largest unit (ZeRO-3), or
+// one micro-batch's saved activations of every unit with the root unit gathered (the
+// moment the last forward ends).
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved);
 
-// Resolves, prunes (lower bound above the cap) and evaluates every configuration, on
-// `threads` threads; the result does not depend on the thread count. Ranks the fitting
+// The configuration with every field that cannot change its compute ops (their FLOPs,
+// bytes, and the tensor/context-parallel collectives beside them) set to one value:
+// sharding strategy, dp_outer/dp_shard, outer strategy, prefetch, bucket, reduction
+// settings, double buffer, allocator and grad_accum. Configurations with equal classes
+// share a step_lower_bound (per micro-batch).
+FsdpConfig compute_class(const FsdpConfig& config);
+
+// Resolves, prunes (memory bound above the cap; with a step bound, see SweepOptions) and
+// evaluates the configurations, in batches of kSweepBatch on `threads` threads (or the
+// batch evaluator); the result depends on neither. Ranks the fitting
 // points by step time (then peak memory, then enumeration order) and marks the Pareto
 // front of peak reserved memory against step time over every evaluated point.
+inline constexpr std::size_t kSweepBatch = 16;
+
 SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
                           const std::vector<FsdpConfig>& configs, const Evaluator& evaluate,
                           const SweepOptions& options);

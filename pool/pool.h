@@ -91,6 +91,11 @@ std::unique_ptr<OffsetAssigner> make_exact_assigner();
 // time limit; the best.
 std::unique_ptr<OffsetAssigner> make_auto_assigner();
 
+// Time order, each buffer into the best-fitting free block as an allocator would place
+// it online: O(n log n), no search. For plans whose pool layout nothing reads (a sweep's
+// evaluations under the caching allocator); not offered by name.
+std::unique_ptr<OffsetAssigner> make_online_assigner();
+
 // By name: slots, best-fit, exact, auto. nullptr for anything else.
 std::unique_ptr<OffsetAssigner> make_offset_assigner(std::string_view name);
 std::vector<std::string> offset_assigner_names();

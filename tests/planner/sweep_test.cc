@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "models/error.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
+#include "simulator/predict_step.h"
 #include "simulator/simulate.h"
 #include "tests/expect_input_error.h"
 
@@ -23,6 +26,8 @@ struct Fixture {
   };
   SearchSpace space() const {
     SearchSpace s = default_search_space(model, cluster, base);
+    s.tp = {1};
+    s.cp = {1};
     s.dp_outer = {1, 2, 4};
     s.micro_batches = {1, 2};
     return s;
@@ -74,11 +79,16 @@ TEST(Sweep, PruningNeverDropsAConfigurationThatFits) {
   f.model = load_model("llama3-8b");
   f.cluster = load_cluster("dgx-h100", 1, std::nullopt);
   SearchSpace s = default_search_space(f.model, f.cluster, f.base);
-  s.recompute = {Recompute::full};
+  s.tp = {1, 2};
+  s.cp = {1, 2};
+  s.dp_outer = {1, 2};
+  s.micro_batches = {1, 2};
   s.prefetch = {1};
   s.fp8_param_gather = {false};
   const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
-  const int64_t cap = 40LL << 30;  // tight: ZeRO-1/2 state of 8B on 8 GPUs does not fit
+  // Tight: ZeRO-1/2 state of 8B on 8 GPUs does not fit, nor do saved activations of
+  // 8192-token sequences without recompute.
+  const int64_t cap = 40LL << 30;
   const SweepResult pruned =
       sweep_configs(f.model, f.cluster, configs, f.evaluate, {.memory_cap = cap, .threads = 2});
   const SweepResult full = sweep_configs(f.model, f.cluster, configs, f.evaluate,
@@ -143,6 +153,136 @@ TEST(Sweep, ParetoFrontHasNoDominatedPoint) {
   EXPECT_GE(front, 1);
 }
 
+// A mesh space on tiny: tp and cp 1 and 2 with every strategy, dp_outer, prefetch,
+// recompute and micro-batch (hundreds of configurations, each simulated in well under a
+// millisecond).
+struct MeshFixture : Fixture {
+  SearchSpace mesh_space() const {
+    SearchSpace s = default_search_space(model, cluster, base);
+    s.tp = {1, 2};
+    s.cp = {1, 2};
+    s.dp_outer = {1, 2};
+    s.recompute = {Recompute::none, Recompute::full};
+    s.micro_batches = {1, 2};
+    return s;
+  }
+  std::function<double(const FsdpConfig&)> bound = [this](const FsdpConfig& c) {
+    return compute_stream_seconds_per_micro_batch(model, cluster, c);
+  };
+};
+
+// The step bound holds on every configuration simulated alone, is shared by each compute
+// class, and is not vacuous.
+TEST(Sweep, StepBoundNeverExceedsTheSimulatedStepAndIsSharedByItsClass) {
+  MeshFixture f;
+  const auto configs = enumerate_configs(f.mesh_space(), f.base, f.cluster.num_gpus);
+  const SweepResult all = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                        {.memory_cap = INT64_MAX, .threads = 2, .prune = false});
+  std::map<std::string, double> class_bound;
+  double tightest = 0;
+  int64_t checked = 0, meshes = 0;
+  for (const SweepPoint& p : all.points) {
+    if (p.state != PointState::evaluated) continue;
+    const double per_micro_batch = f.bound(p.config);
+    const double bound = static_cast<double>(p.config.grad_accum) * per_micro_batch;
+    EXPECT_LE(bound, p.summary.step_seconds * (1 + 1e-12)) << describe_config(p.config);
+    const auto [it, first] = class_bound.try_emplace(
+        fsdp_config_to_json(compute_class(p.config)).dump(), per_micro_batch);
+    if (!first) EXPECT_DOUBLE_EQ(per_micro_batch, it->second) << describe_config(p.config);
+    tightest = std::max(tightest, bound / p.summary.step_seconds);
+    ++checked;
+    meshes += p.config.tp * p.config.cp > 1 ? 1 : 0;
+  }
+  EXPECT_GT(checked, 200);
+  EXPECT_GT(meshes, 100);
+  EXPECT_GT(tightest, 0.5);  // compute dominates some steps
+  EXPECT_LT(class_bound.size(), static_cast<std::size_t>(checked) / 10);
+}
+
+// Pruning with the step bound simulates fewer configurations and keeps the fastest `keep`
+// and the Pareto front of the sweep that simulates everything that fits in memory.
+TEST(Sweep, StepBoundPruningKeepsTheTopAndTheFront) {
+  MeshFixture f;
+  const auto configs = enumerate_configs(f.mesh_space(), f.base, f.cluster.num_gpus);
+  const SweepResult full = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                         {.memory_cap = INT64_MAX, .threads = 2});
+  const SweepResult fast = sweep_configs(
+      f.model, f.cluster, configs, f.evaluate,
+      {.memory_cap = INT64_MAX, .threads = 2, .step_lower_bound = f.bound, .keep = 5});
+  EXPECT_EQ(full.pruned_by_time, 0);
+  EXPECT_GT(fast.pruned_by_time, 0);
+  EXPECT_EQ(fast.evaluated + fast.pruned_by_time, full.evaluated);
+  ASSERT_GE(fast.ranking.size(), 5u);
+  for (std::size_t k = 0; k < 5; ++k) EXPECT_EQ(fast.ranking[k], full.ranking[k]) << k;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    EXPECT_EQ(fast.points[i].pareto, full.points[i].pareto) << describe_config(configs[i]);
+    if (fast.points[i].state == PointState::evaluated) {
+      EXPECT_EQ(fast.points[i].summary.step_seconds, full.points[i].summary.step_seconds);
+    }
+  }
+}
+
+// Neither the thread count nor how a batch is spread (here: simulated last to first, as
+// another process would) changes which configurations are simulated or the result.
+TEST(Sweep, StepBoundPruningDependsOnNeitherThreadsNorBatchSpreading) {
+  MeshFixture f;
+  const auto configs = enumerate_configs(f.mesh_space(), f.base, f.cluster.num_gpus);
+  SweepOptions options{
+      .memory_cap = INT64_MAX, .threads = 1, .step_lower_bound = f.bound, .keep = 3};
+  const SweepResult one = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
+  options.threads = 3;
+  const SweepResult three = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
+  options.batch_evaluator = [](const std::vector<std::size_t>& batch,
+                               const std::function<TimelineSummary(std::size_t)>& one_point) {
+    std::vector<TimelineSummary> out(batch.size());
+    for (std::size_t k = batch.size(); k-- > 0;) out[k] = one_point(batch[k]);
+    return out;
+  };
+  const SweepResult reversed = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
+  for (const SweepResult* r : {&three, &reversed}) {
+    EXPECT_EQ(r->ranking, one.ranking);
+    EXPECT_EQ(r->pruned_by_time, one.pruned_by_time);
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      EXPECT_EQ(r->points[i].state, one.points[i].state);
+      EXPECT_EQ(r->points[i].summary.step_seconds, one.points[i].summary.step_seconds);
+    }
+  }
+}
+
+// The default space grows tp (to 8 inside a node) and cp (to 4) for transformers, keeps
+// an explicit model's, and holds the global batch per data-parallel replica.
+TEST(Sweep, DefaultSpaceSpansTheMeshAndHoldsTheGlobalBatch) {
+  const ModelSpec big = load_model("llama3.1-405b");
+  const ClusterSpec cluster = load_cluster("dgx-h100", 128, std::nullopt);
+  const FsdpConfig base;
+  const SearchSpace s = default_search_space(big, cluster, base);
+  EXPECT_EQ(s.tp, (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(s.cp, (std::vector<int64_t>{1, 2, 4}));
+  SearchSpace one = s;
+  one.tp = {8};
+  one.cp = {2};
+  one.strategies = {ShardingStrategy::optim_grads_params};
+  one.dp_outer = {2};
+  one.outer_strategies = {OuterStrategy::optim};
+  one.prefetch = {1};
+  one.recompute = {Recompute::full};
+  one.micro_batches = {2};
+  one.fp8_param_gather = {false};
+  const std::vector<FsdpConfig> configs = enumerate_configs(one, base, cluster.num_gpus);
+  ASSERT_EQ(configs.size(), 1u);
+  // 4 sequences per GPU over 1024 GPUs; 1024 / (8 × 2) = 64 replicas hold 64 each.
+  EXPECT_EQ(configs[0].grad_accum, 32);
+  const FsdpConfig c = resolve_fsdp_config(configs[0], big, cluster, "t");
+  EXPECT_EQ(c.dp_shard, 32);
+  EXPECT_EQ(describe_config(c), "zero3 32×2(optim) tp8 cp2 pf1 full mb2×ga32");
+
+  const ModelSpec explicit_model =
+      load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json");
+  const SearchSpace e = default_search_space(explicit_model, cluster, base);
+  EXPECT_EQ(e.tp, (std::vector<int64_t>{1}));
+  EXPECT_EQ(e.cp, (std::vector<int64_t>{1}));
+}
+
 TEST(Sweep, GlobalBatchFixesMicroBatchTimesAccumulation) {
   Fixture f;
   SearchSpace s = f.space();
@@ -200,6 +340,16 @@ TEST(Sweep, SpaceFileErrorsNameTheField) {
                                "space.json", d);
       },
       "/global_batch_tokens", "not both");
+  testing::expect_input_error(
+      [&] {
+        search_space_from_json({{"tp", {0}}}, "space.json", d);
+      },
+      "/tp/0", "expected a positive integer");
+  testing::expect_input_error(
+      [&] {
+        search_space_from_json({{"cp", 2}}, "space.json", d);
+      },
+      "/cp", "expected a non-empty list");
 }
 
 }  // namespace

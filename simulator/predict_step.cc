@@ -1,0 +1,80 @@
+#include "simulator/predict_step.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "planner/plan_builder.h"
+#include "simulator/compute_model.h"
+#include "simulator/simulate.h"
+
+namespace shardplan {
+namespace {
+
+TimelineSummary simulate_with(const ModelSpec& model, const ClusterSpec& cluster, FsdpConfig config,
+                              int64_t micro_batches, const OffsetAssigner* assigner) {
+  config.grad_accum = micro_batches;
+  return simulate(build_plan(model, cluster, config, assigner), cluster).summary;
+}
+
+}  // namespace
+
+TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
+                             const FsdpConfig& resolved, const OffsetAssigner* assigner) {
+  const int64_t g = resolved.grad_accum;
+  if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g, assigner);
+  const TimelineSummary a = simulate_with(model, cluster, resolved, 3, assigner);
+  const TimelineSummary b = simulate_with(model, cluster, resolved, 4, assigner);
+  const double more = static_cast<double>(g - 4);
+  auto extend = [&](double x3, double x4) { return x4 + more * (x4 - x3); };
+  TimelineSummary s = b;
+  s.step_seconds = extend(a.step_seconds, b.step_seconds);
+  s.compute_seconds = extend(a.compute_seconds, b.compute_seconds);
+  s.exposed_all_gather_seconds = extend(a.exposed_all_gather_seconds, b.exposed_all_gather_seconds);
+  s.exposed_reduce_scatter_seconds =
+      extend(a.exposed_reduce_scatter_seconds, b.exposed_reduce_scatter_seconds);
+  s.exposed_outer_seconds = extend(a.exposed_outer_seconds, b.exposed_outer_seconds);
+  s.exposed_model_parallel_seconds =
+      extend(a.exposed_model_parallel_seconds, b.exposed_model_parallel_seconds);
+  PathBreakdown& p = s.critical_path;
+  const PathBreakdown &p3 = a.critical_path, &p4 = b.critical_path;
+  p.compute = extend(p3.compute, p4.compute);
+  p.all_gather = extend(p3.all_gather, p4.all_gather);
+  p.reduce_scatter = extend(p3.reduce_scatter, p4.reduce_scatter);
+  p.outer = extend(p3.outer, p4.outer);
+  p.optimizer = extend(p3.optimizer, p4.optimizer);
+  p.model_parallel = extend(p3.model_parallel, p4.model_parallel);
+  // Tokens and model FLOPs grow with the micro-batches exactly; executed FLOPs (the
+  // optimizer's included) linearly.
+  const double tokens_ratio = static_cast<double>(g) / 4.0 * b.step_seconds / s.step_seconds;
+  s.tokens_per_second_per_gpu = b.tokens_per_second_per_gpu * tokens_ratio;
+  s.mfu = b.mfu * tokens_ratio;
+  s.tflops_per_gpu =
+      extend(a.tflops_per_gpu * a.step_seconds, b.tflops_per_gpu * b.step_seconds) / s.step_seconds;
+  s.peak_allocated_bytes = std::max(a.peak_allocated_bytes, b.peak_allocated_bytes);
+  s.peak_reserved_bytes = std::max(a.peak_reserved_bytes, b.peak_reserved_bytes);
+  s.fits = s.peak_reserved_bytes <= s.capacity_bytes;
+  return s;
+}
+
+double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const ClusterSpec& cluster,
+                                              const FsdpConfig& resolved) {
+  FsdpConfig one = resolved;
+  one.grad_accum = 1;
+  // The pool's layout does not enter the bound.
+  const std::unique_ptr<OffsetAssigner> assigner = make_online_assigner();
+  const Plan plan = build_plan(model, cluster, one, assigner.get());
+  double seconds = 0;
+  for (const PlanOp& op : plan.ops) {
+    const bool compute =
+        op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute;
+    bool model_parallel = false;
+    if (!compute && op.stream == Stream::compute && op.group >= 0) {
+      const std::string& group = plan.process_groups[static_cast<std::size_t>(op.group)].name;
+      model_parallel = group == "tp" || group == "cp";
+    }
+    if (compute || model_parallel) seconds += op_cost(plan, op, cluster).seconds;
+  }
+  return seconds;
+}
+
+}  // namespace shardplan
