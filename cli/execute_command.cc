@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/mpi_session.h"
 #include "cli/options.h"
 #include "executor/cpu_backend.h"
 #include "executor/cuda_backend.h"
@@ -19,24 +20,6 @@
 #include "planner/plan_json.h"
 
 namespace shardplan {
-namespace {
-
-// MPI for the length of one command.
-struct MpiSession {
-  MpiSession() {
-    int ready = 0;
-    MPI_Initialized(&ready);
-    if (!ready) MPI_Init(nullptr, nullptr);
-  }
-  ~MpiSession() {
-    int done = 0;
-    MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
-  }
-};
-
-}  // namespace
-
 int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (p.backend != "cpu" && p.backend != "cuda")
     throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
@@ -53,8 +36,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
                      fmt::format("must be in (0, {}] seconds", limits::kMaxTimeLimitSeconds));
   const Plan plan = read_plan_file(p.plan);
   // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                        std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+  const bool launched = launched_by_mpi();
   std::optional<MpiSession> mpi;
   if (p.backend == "cpu" || launched) mpi.emplace();
   const ReplayOptions options{.warmup = p.warmup,

@@ -4,11 +4,14 @@
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <tuple>
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/mpi_session.h"
+#include "cli/mpi_sweep.h"
 #include "cli/options.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
@@ -175,15 +178,15 @@ nlohmann::json sweep_json(const SweepParams& p, const Job& job, const SweepResul
 
 // The table a person reads: counts, the ranking, why #1 beats #2, the Pareto front.
 void print_sweep(const SweepParams& p, const SweepResult& result, const std::string& title,
-                 int64_t cap, double seconds, int threads, const std::string& advice,
+                 int64_t cap, double seconds, int threads, int ranks, const std::string& advice,
                  std::ostream& out) {
   out << fmt::format("{}, memory cap {}\n", title, format_bytes(static_cast<double>(cap)));
   out << fmt::format(
       "{} configurations: {} simulated; {} pruned by the memory bound, {} by the step-time bound; "
-      "{} invalid. {} fit. {:.2f} s on {} thread{}.\n\n",
+      "{} invalid. {} fit. {:.2f} s on {}{} thread{}.\n\n",
       result.points.size(), result.evaluated, result.pruned - result.pruned_by_time,
-      result.pruned_by_time, result.invalid, result.ranking.size(), seconds, threads,
-      threads == 1 ? "" : "s");
+      result.pruned_by_time, result.invalid, result.ranking.size(), seconds,
+      ranks > 1 ? fmt::format("{} MPI ranks × ", ranks) : "", threads, threads == 1 ? "" : "s");
   if (result.ranking.empty()) {
     out << advice;
     return;
@@ -268,11 +271,26 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
             return compute_stream_seconds_per_micro_batch(job.model, job.cluster, c);
           },
       .keep = p.top};
+  // Under mpirun every rank enumerates and bounds the same configurations and simulates
+  // its share of each batch; rank 0 reports.
+  std::optional<MpiSession> mpi;
+  int rank = 0, ranks = 1;
+  if (launched_by_mpi()) {
+    mpi.emplace();
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  }
+  if (ranks > 1) {
+    if (p.threads == 0) options.threads = threads_per_rank();
+    options.batch_evaluator = mpi_batch_evaluator(rank, ranks);
+  }
   // A progress bar only for a person watching.
-  const bool terminal = &progress == &std::cerr && isatty(STDERR_FILENO) != 0;
+  const bool terminal = rank == 0 && &progress == &std::cerr && isatty(STDERR_FILENO) != 0;
+  std::size_t shown = 0;
   if (terminal) {
     options.progress = [&](std::size_t done, std::size_t total) {
-      if (done % 16 != 0 && done != total) return;
+      if (done < shown + total / 200 + 1 && done != total) return;
+      shown = done;
       const std::size_t width = 40;
       const std::size_t filled = total == 0 ? width : done * width / total;
       progress << "\r[" << std::string(filled, '#') << std::string(width - filled, ' ') << "] "
@@ -281,6 +299,12 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   }
   const auto start = std::chrono::steady_clock::now();
   const SweepResult result = sweep_configs(job.model, job.cluster, configs, evaluate, options);
+  if (rank != 0) {
+    // Rank 0 says what went wrong or what won; the others exit as it does.
+    const bool all_invalid =
+        result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty();
+    return all_invalid ? 1 : 0;
+  }
   // Nothing to rank because of the input, not of memory: say what was wrong with it.
   if (result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty()) {
     const SweepPoint& first = result.points.front();
@@ -310,7 +334,7 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
     out << sweep_json(p, job, result, cap, seconds, advice).dump(2) << "\n";
     return 0;
   }
-  print_sweep(p, result, title, cap, seconds, options.threads, advice, out);
+  print_sweep(p, result, title, cap, seconds, options.threads, ranks, advice, out);
   return 0;
 }
 

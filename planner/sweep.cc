@@ -467,19 +467,17 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
 
   // Simulate in batches; between batches, skip what the bound rules out. The batches do
   // not depend on the thread or process count, so neither does the result.
-  const std::function<TimelineSummary(std::size_t)> evaluate_one = [&](std::size_t i) {
-    return evaluate(result.points[i].config, cluster);
+  const std::function<std::vector<TimelineSummary>(const std::vector<std::size_t>&)> here =
+      [&](const std::vector<std::size_t>& indices) {
+        std::vector<TimelineSummary> out(indices.size());
+        parallel_for(indices.size(), options.threads, [&](std::size_t k) {
+          out[k] = evaluate(result.points[indices[k]].config, cluster);
+        });
+        return out;
+      };
+  auto run_batch = [&](const std::vector<std::size_t>& batch) {
+    return options.batch_evaluator ? options.batch_evaluator(batch, here) : here(batch);
   };
-  const BatchEvaluator local = [&](const std::vector<std::size_t>& batch,
-                                   const std::function<TimelineSummary(std::size_t)>& one) {
-    std::vector<TimelineSummary> out(batch.size());
-    parallel_for(batch.size(), options.threads, [&](std::size_t k) {
-      out[k] = one(batch[k]);
-      progressed(1);
-    });
-    return out;
-  };
-  const BatchEvaluator& run_batch = options.batch_evaluator ? options.batch_evaluator : local;
   Frontier frontier(options.keep);
   const std::size_t batch_size = bound_time ? kSweepBatch : order.size();
   std::size_t next = 0;
@@ -500,7 +498,8 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
       }
     }
     if (batch.empty()) break;
-    const std::vector<TimelineSummary> summaries = run_batch(batch, evaluate_one);
+    const std::vector<TimelineSummary> summaries = run_batch(batch);
+    progressed(batch.size());
     if (summaries.size() != batch.size())
       throw std::logic_error("sweep: the batch evaluator lost configurations");
     for (std::size_t k = 0; k < batch.size(); ++k) {

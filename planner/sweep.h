@@ -80,11 +80,12 @@ struct SweepResult {
 using Evaluator = std::function<TimelineSummary(const FsdpConfig&, const ClusterSpec&)>;
 
 // Evaluates a batch of configurations (indices into the list handed to sweep_configs)
-// and returns their summaries in the same order, every caller seeing all of them: how a
-// sweep spreads over processes (cli: MPI ranks). None: this process's threads.
+// and returns their summaries in the batch's order, every caller seeing all of them: how
+// a sweep spreads over processes (cli: MPI ranks). `here` evaluates any of them on this
+// process's threads. None: all of the batch here.
 using BatchEvaluator = std::function<std::vector<TimelineSummary>(
-    const std::vector<std::size_t>& indices,
-    const std::function<TimelineSummary(std::size_t)>& evaluate_one)>;
+    const std::vector<std::size_t>& batch,
+    const std::function<std::vector<TimelineSummary>(const std::vector<std::size_t>&)>& here)>;
 
 struct SweepOptions {
   int64_t memory_cap = 0;  // bytes; peak reserved must not exceed it

@@ -89,6 +89,32 @@ TEST(SweepCommand, TextTableCsvAndReport) {
   EXPECT_THAT(page, HasSubstr("Pareto"));
 }
 
+// Under mpirun the ranks split each batch of simulations; rank 0 alone reports, and what
+// it reports is what one process finds (the time taken aside).
+TEST(SweepCommand, UnderMpirunRankZeroReportsWhatOneProcessFinds) {
+  const std::vector<std::string> args = {"sweep", "--model", "tiny", "--gpus", "16",
+                                         "--top", "3",       "-j",   "1",      "--json"};
+  const CommandResult one = run_shardplan(args);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  std::vector<std::string> argv = {"--allow-run-as-root", "--oversubscribe", "-np", "3",
+                                   SHARDPLAN_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const CommandResult three = run_program("mpirun", argv);
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  nlohmann::json a = stdout_json(one), b = stdout_json(three);
+  EXPECT_GT(a["pruned_by_time"].get<int64_t>(), 0);  // the batches mattered
+  EXPECT_GT(a["evaluated"].get<int64_t>(), 16);      // more than one batch
+  a.erase("seconds");
+  b.erase("seconds");
+  EXPECT_EQ(a, b);
+
+  argv.pop_back();  // --json: the text report, printed once
+  const CommandResult text = run_program("mpirun", argv);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("on 3 MPI ranks × 1 thread."));
+  EXPECT_EQ(text.out.find("Sweep:"), text.out.rfind("Sweep:"));
+}
+
 TEST(SweepCommand, NothingFitsNamesTheSmallestChange) {
   const CommandResult r =
       run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8", "--mem-cap", "12GiB"});

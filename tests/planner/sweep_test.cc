@@ -232,12 +232,13 @@ TEST(Sweep, StepBoundPruningDependsOnNeitherThreadsNorBatchSpreading) {
   const SweepResult one = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
   options.threads = 3;
   const SweepResult three = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
-  options.batch_evaluator = [](const std::vector<std::size_t>& batch,
-                               const std::function<TimelineSummary(std::size_t)>& one_point) {
-    std::vector<TimelineSummary> out(batch.size());
-    for (std::size_t k = batch.size(); k-- > 0;) out[k] = one_point(batch[k]);
-    return out;
-  };
+  options.batch_evaluator =
+      [](const std::vector<std::size_t>& batch,
+         const std::function<std::vector<TimelineSummary>(const std::vector<std::size_t>&)>& here) {
+        std::vector<TimelineSummary> out(batch.size());
+        for (std::size_t k = batch.size(); k-- > 0;) out[k] = here({batch[k]}).at(0);
+        return out;
+      };
   const SweepResult reversed = sweep_configs(f.model, f.cluster, configs, f.evaluate, options);
   for (const SweepResult* r : {&three, &reversed}) {
     EXPECT_EQ(r->ranking, one.ranking);
