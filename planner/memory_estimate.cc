@@ -43,6 +43,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   double trainable_per_opt_rank = 0;  // Σ ceil(P_u / optimizer ranks), trainable only
   int64_t largest_layer = 0;
   int64_t largest_trainable_layer = 0;
+  int64_t smallest_layer = INT64_MAX;
   int64_t layer_units = 0;
   for (const FsdpUnit& u : units) {
     const int64_t frozen = u.parameters - u.trainable_parameters;
@@ -54,6 +55,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
     if (u.module != nullptr) {
       largest_layer = std::max(largest_layer, u.parameters);
       largest_trainable_layer = std::max(largest_trainable_layer, u.trainable_parameters);
+      smallest_layer = std::min(smallest_layer, u.parameters);
       ++layer_units;
     }
   }
@@ -67,6 +69,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   e.units = static_cast<int64_t>(units.size());
   e.largest_unit_parameters = std::max(root, largest_layer);
   e.root_unit_parameters = root;
+  if (layer_units > 0) e.smallest_layer_parameters = smallest_layer;
 
   // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies).
   const double weight_bytes =
@@ -118,6 +121,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
     in_units_kept += saved_activation_bytes(*u.module, shape, c.recompute);
     largest_recompute = std::max(largest_recompute, none);
   }
+
   const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;
   e.activations = in_units_kept + outside;
   e.saved_activations = e.activations;

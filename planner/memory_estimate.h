@@ -26,6 +26,9 @@ struct MemoryEstimate : MemoryBreakdown {
   // The activations every unit and the root keep for backward, all live when the last
   // forward ends (activations less what full recompute re-creates in a backward).
   double saved_activations = 0;
+  // The least any layer unit gathers: what the first backward holds at least,
+  // whichever layer comes last. 0 without layer units.
+  int64_t smallest_layer_parameters = 0;
 };
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const ClusterSpec& cluster,

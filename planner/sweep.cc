@@ -14,6 +14,7 @@
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/memory_estimate.h"
+#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -277,17 +278,25 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved) {
   const MemoryEstimate e = estimate_memory(model, cluster, resolved);
+  const ShardingTraits t = sharding_traits(resolved);
   const double persistent = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
                             e.double_buffers + e.non_tensor;
-  if (e.unsharded_weights <= 0) return persistent + e.saved_activations;
-  // Under ZeRO-3 some unit's weights are gathered at every moment of the step; when the
-  // last forward ends, every unit's saved activations are live and the root unit (which
-  // stays gathered from the first forward to the last backward) with them.
   const double gathered =
       resolved.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(resolved.param_dtype));
-  return persistent +
-         std::max(gathered * static_cast<double>(e.largest_unit_parameters),
-                  gathered * static_cast<double>(e.root_unit_parameters) + e.saved_activations);
+  const bool gathers = t.shard_params && !resolved.double_buffer;
+  // The first backward op of the last layer holds every unit's saved activations (its
+  // own still being read), the root unit's weights (gathered from the first forward to
+  // the last backward) and its own gathered weights; whichever layer is last holds at
+  // least the smallest's.
+  double first_backward = e.saved_activations;
+  if (gathers) {
+    first_backward +=
+        gathered * static_cast<double>(e.root_unit_parameters + e.smallest_layer_parameters);
+  }
+  // Under ZeRO-3 some unit's weights are gathered at every moment of the step.
+  const double any_moment =
+      gathers ? gathered * static_cast<double>(e.largest_unit_parameters) : 0.0;
+  return persistent + std::max(first_backward, any_moment);
 }
 
 std::string describe_config(const FsdpConfig& c) {

@@ -105,9 +105,10 @@ struct SweepOptions {
 };
 
 // A bound on the memory any plan of `resolved` needs per GPU: persistent state (ZeRO
-// table), non-tensor memory, and the most of: one gathered largest unit (ZeRO-3), or
-// one micro-batch's saved activations of every unit with the root unit gathered (the
-// moment the last forward ends).
+// table), non-tensor memory, and the most of: one gathered largest unit (ZeRO-3), or what
+// the first backward op holds (every unit's saved activations of one micro-batch and,
+// under ZeRO-3, the root unit's and the last layer's gathered weights). Tested never to
+// exceed a simulated peak.
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved);
 

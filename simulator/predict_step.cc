@@ -22,10 +22,10 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
                              const FsdpConfig& resolved, const OffsetAssigner* assigner) {
   const int64_t g = resolved.grad_accum;
   if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g, assigner);
-  const TimelineSummary a = simulate_with(model, cluster, resolved, 3, assigner);
-  const TimelineSummary b = simulate_with(model, cluster, resolved, 4, assigner);
-  const double more = static_cast<double>(g - 4);
-  auto extend = [&](double x3, double x4) { return x4 + more * (x4 - x3); };
+  const TimelineSummary a = simulate_with(model, cluster, resolved, 2, assigner);
+  const TimelineSummary b = simulate_with(model, cluster, resolved, 3, assigner);
+  const double more = static_cast<double>(g - 3);
+  auto extend = [&](double x2, double x3) { return x3 + more * (x3 - x2); };
   TimelineSummary s = b;
   s.step_seconds = extend(a.step_seconds, b.step_seconds);
   s.compute_seconds = extend(a.compute_seconds, b.compute_seconds);
@@ -36,16 +36,16 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
   s.exposed_model_parallel_seconds =
       extend(a.exposed_model_parallel_seconds, b.exposed_model_parallel_seconds);
   PathBreakdown& p = s.critical_path;
-  const PathBreakdown &p3 = a.critical_path, &p4 = b.critical_path;
-  p.compute = extend(p3.compute, p4.compute);
-  p.all_gather = extend(p3.all_gather, p4.all_gather);
-  p.reduce_scatter = extend(p3.reduce_scatter, p4.reduce_scatter);
-  p.outer = extend(p3.outer, p4.outer);
-  p.optimizer = extend(p3.optimizer, p4.optimizer);
-  p.model_parallel = extend(p3.model_parallel, p4.model_parallel);
+  const PathBreakdown &p2 = a.critical_path, &p3 = b.critical_path;
+  p.compute = extend(p2.compute, p3.compute);
+  p.all_gather = extend(p2.all_gather, p3.all_gather);
+  p.reduce_scatter = extend(p2.reduce_scatter, p3.reduce_scatter);
+  p.outer = extend(p2.outer, p3.outer);
+  p.optimizer = extend(p2.optimizer, p3.optimizer);
+  p.model_parallel = extend(p2.model_parallel, p3.model_parallel);
   // Tokens and model FLOPs grow with the micro-batches exactly; executed FLOPs (the
   // optimizer's included) linearly.
-  const double tokens_ratio = static_cast<double>(g) / 4.0 * b.step_seconds / s.step_seconds;
+  const double tokens_ratio = static_cast<double>(g) / 3.0 * b.step_seconds / s.step_seconds;
   s.tokens_per_second_per_gpu = b.tokens_per_second_per_gpu * tokens_ratio;
   s.mfu = b.mfu * tokens_ratio;
   s.tflops_per_gpu =

@@ -9,16 +9,17 @@
 namespace shardplan {
 
 // Up to this many micro-batches predict_step simulates the whole step.
-inline constexpr int64_t kDirectMicroBatches = 6;
+inline constexpr int64_t kDirectMicroBatches = 5;
 
 // The summary simulate(build_plan(model, cluster, resolved, assigner)) gives, at a cost
 // that does not grow with grad_accum, for search loops. Past kDirectMicroBatches it
-// simulates 3 and 4 micro-batches and extends the step by the difference: the first
-// micro-batch (cold prefetch), the last (final reductions, optimizer) and the boundary
-// between two middle ones all appear in the 4-micro-batch step, and every further middle
-// micro-batch repeats that boundary and body. Times extend linearly, peaks are those of
-// the 4-micro-batch step (the middle pattern repeats), rates follow from the tokens and
-// FLOPs of the whole step. Held against whole simulations in
+// simulates 2 and 3 micro-batches and extends the step by the difference, one middle
+// micro-batch with its boundaries: the first micro-batch (cold prefetch) and the last
+// (final reductions, optimizer) are in both, and every further middle one repeats the
+// same work on the same streams. Times extend linearly, peaks are those of the
+// 3-micro-batch step (the middle pattern repeats), rates follow from the tokens and FLOPs
+// of the whole step. Held equal to whole simulations (10⁻⁶, peaks to the byte) on every
+// strategy, HSDP, recompute, double buffering, tp/cp and both allocators in
 // tests/simulator/predict_step_test.cc.
 TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
                              const FsdpConfig& resolved, const OffsetAssigner* assigner = nullptr);

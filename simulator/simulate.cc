@@ -11,7 +11,11 @@
 namespace shardplan {
 namespace {
 
-using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+// Edges in a vector, not Boost's default list: a step has tens of thousands of them and
+// each list node was an allocation (the sweep simulates hundreds of steps).
+using Graph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property,
+                          boost::no_property, boost::no_property, boost::vecS>;
 
 // Edges: every dependency, and each op's predecessor on its stream.
 Graph op_graph(const Plan& plan) {
@@ -54,6 +58,8 @@ void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
   }
   std::sort(ready.rbegin(), ready.rend());
   std::vector<Running> running;
+  std::vector<int64_t> finished;  // per event, kept to reuse their storage
+  std::vector<double> rates;
   double now = 0;
   std::size_t done = 0;
   const double slowdown = 1.0 + cluster.compute.overlap_slowdown;
@@ -92,8 +98,8 @@ void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
     }
     step = std::max(step, 0.0);
     now += step;
-    std::vector<int64_t> finished;
-    std::vector<double> rates;
+    finished.clear();
+    rates.clear();
     for (const Running& r : running) rates.push_back(rate(r));
     for (std::size_t k = 0; k < running.size(); ++k) {
       Running& r = running[k];

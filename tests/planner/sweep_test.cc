@@ -188,7 +188,9 @@ TEST(Sweep, StepBoundNeverExceedsTheSimulatedStepAndIsSharedByItsClass) {
     EXPECT_LE(bound, p.summary.step_seconds * (1 + 1e-12)) << describe_config(p.config);
     const auto [it, first] = class_bound.try_emplace(
         fsdp_config_to_json(compute_class(p.config)).dump(), per_micro_batch);
-    if (!first) EXPECT_DOUBLE_EQ(per_micro_batch, it->second) << describe_config(p.config);
+    if (!first) {
+      EXPECT_DOUBLE_EQ(per_micro_batch, it->second) << describe_config(p.config);
+    }
     tightest = std::max(tightest, bound / p.summary.step_seconds);
     ++checked;
     meshes += p.config.tp * p.config.cp > 1 ? 1 : 0;

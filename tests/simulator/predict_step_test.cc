@@ -29,9 +29,12 @@ TEST(PredictStep, ExtendedStepMatchesTheWholeSimulation) {
       {"tiny", 2, {{"tp", 2}, {"tp_comm_overlap", true}, {"allocator", "pool"}}},
       {"llama3-8b", 4, {{"tp", 2}, {"recompute", "full"}, {"fp8_param_gather", true}}},
       {"llama3-8b", 8, {{"cp", 2}, {"dp_outer", 2}, {"async_reduce", false}}},
+      {"llama3-8b", 2, {{"double_buffer", true}, {"sharding_strategy", "optim_grads"}}},
+      {"llama3-8b", 2, {{"cp", 4}, {"cp_comm", "a2a"}, {"recompute", "full"}}},
+      {"llama3-70b", 16, {{"tp", 8}, {"cp", 2}, {"dp_outer", 4}, {"outer_strategy", "optim"}}},
   };
   for (const Case& c : cases) {
-    for (const int64_t g : {7, 12, 16}) {
+    for (const int64_t g : {7, 12, 32}) {
       const ModelSpec model = load_model(c.model);
       const ClusterSpec cluster = load_cluster("dgx-h100", c.nodes, std::nullopt);
       nlohmann::json json = c.config;
