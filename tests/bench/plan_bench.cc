@@ -10,6 +10,7 @@
 #include "planner/plan_builder.h"
 #include "planner/plan_validator.h"
 #include "planner/sweep.h"
+#include "simulator/predict_step.h"
 #include "simulator/simulate.h"
 
 namespace {
@@ -103,6 +104,39 @@ BENCHMARK(BM_PlanAndSimulate405BMesh)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond);
+
+// Issue 17's target: the default mesh sweep (tp 1-8, cp 1-4, dp_outer, strategies,
+// prefetch, recompute, micro-batch, FP8) for llama3.1-405b on 1024 H100 within 10 s on 2
+// cores, with the bounds and the evaluator `shardplan sweep` uses.
+void BM_Sweep405BMesh(benchmark::State& state) {
+  const Setup s = setup("llama3.1-405b", 128, 1, "full");
+  const shardplan::FsdpConfig base;
+  const shardplan::SearchSpace space = shardplan::default_search_space(s.model, s.cluster, base);
+  const auto configs = shardplan::enumerate_configs(space, base, s.cluster.num_gpus);
+  const std::unique_ptr<shardplan::OffsetAssigner> online = shardplan::make_online_assigner();
+  const shardplan::Evaluator evaluate = [&](const shardplan::FsdpConfig& c,
+                                            const shardplan::ClusterSpec& k) {
+    return shardplan::predict_step(s.model, k, c, online.get());
+  };
+  const shardplan::SweepOptions options{
+      .memory_cap = shardplan::default_memory_cap(s.cluster),
+      .threads = 2,
+      .step_lower_bound =
+          [&](const shardplan::FsdpConfig& c) {
+            return shardplan::compute_stream_seconds_per_micro_batch(s.model, s.cluster, c);
+          },
+      .keep = 10};
+  shardplan::SweepResult r;
+  for (auto _ : state) {
+    r = shardplan::sweep_configs(s.model, s.cluster, configs, evaluate, options);
+    benchmark::DoNotOptimize(r.ranking.size());
+  }
+  state.counters["configurations"] = static_cast<double>(configs.size());
+  state.counters["simulated"] = static_cast<double>(r.evaluated);
+  state.counters["pruned_memory"] = static_cast<double>(r.pruned - r.pruned_by_time);
+  state.counters["pruned_time"] = static_cast<double>(r.pruned_by_time);
+}
+BENCHMARK(BM_Sweep405BMesh)->Iterations(1)->Unit(benchmark::kSecond);
 
 void BM_Simulate405B(benchmark::State& state) {
   const Setup s = setup("llama3.1-405b", 128, 8, "full");
