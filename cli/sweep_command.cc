@@ -252,13 +252,8 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (p.top <= 0) throw InputError("", "--top", "must be positive");
   const std::vector<FsdpConfig> configs =
       enumerate_configs(space, job.config, job.cluster.num_gpus);
-  // Under the caching allocator the pool's layout does not enter the prediction (the
-  // simulator replays the allocator instead): an allocator's online placement in O(n log n)
-  // replaces the exact search, which took most of a sweep's time.
-  const std::unique_ptr<OffsetAssigner> online = make_online_assigner();
   const Evaluator evaluate = [&](const FsdpConfig& c, const ClusterSpec& cluster) {
-    const OffsetAssigner* assigner = c.allocator == Allocator::caching ? online.get() : nullptr;
-    return predict_step(job.model, cluster, c, assigner);
+    return predict_step(job.model, cluster, c);
   };
   SweepOptions options{
       .memory_cap = cap,
@@ -299,14 +294,12 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   }
   const auto start = std::chrono::steady_clock::now();
   const SweepResult result = sweep_configs(job.model, job.cluster, configs, evaluate, options);
-  if (rank != 0) {
-    // Rank 0 says what went wrong or what won; the others exit as it does.
-    const bool all_invalid =
-        result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty();
-    return all_invalid ? 1 : 0;
-  }
-  // Nothing to rank because of the input, not of memory: say what was wrong with it.
-  if (result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty()) {
+  // Nothing to rank because of the input, not of memory: rank 0 says what was wrong with
+  // it; the other ranks exit as it does.
+  const bool all_invalid =
+      result.invalid == static_cast<int64_t>(result.points.size()) && !result.points.empty();
+  if (rank != 0) return all_invalid ? 1 : 0;
+  if (all_invalid) {
     const SweepPoint& first = result.points.front();
     throw InputError(
         "sweep", "",

@@ -168,4 +168,10 @@ Timeline plan_timeline(const Plan& plan, std::string source, std::string allocat
   return t;
 }
 
+bool is_model_parallel_group(const Plan& plan, int64_t group) {
+  if (group < 0) return false;
+  const std::string& name = plan.process_groups[static_cast<std::size_t>(group)].name;
+  return name == "tp" || name == "cp";
+}
+
 }  // namespace shardplan

@@ -213,6 +213,10 @@ struct Plan {
   double tokens_per_gpu = 0;
 };
 
+// Whether an op's group (its index into plan.process_groups; -1: none) is tensor or
+// context parallel: its time is model-parallel time, not FSDP's.
+bool is_model_parallel_group(const Plan& plan, int64_t group);
+
 // The matmuls a compute op runs, each as (m, n, k): forward and recompute run every
 // forward matmul of the op's segment; backward two per matmul, the input gradient
 // (m × k × n: tokens × in ← out) and the weight gradient (n × k × m: out × in ← tokens).

@@ -14,7 +14,6 @@
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/memory_estimate.h"
-#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -278,12 +277,12 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved) {
   const MemoryEstimate e = estimate_memory(model, cluster, resolved);
-  const ShardingTraits t = sharding_traits(resolved);
   const double persistent = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
                             e.double_buffers + e.non_tensor;
   const double gathered =
       resolved.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(resolved.param_dtype));
-  const bool gathers = t.shard_params && !resolved.double_buffer;
+  // ZeRO-3 without double buffering: weights gathered into transient buffers.
+  const bool gathers = e.unsharded_weights > 0;
   // The first backward op of the last layer holds every unit's saved activations (its
   // own still being read), the root unit's weights (gathered from the first forward to
   // the last backward) and its own gathered weights; whichever layer is last holds at

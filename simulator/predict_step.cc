@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "planner/plan_builder.h"
+#include "pool/pool.h"
 #include "simulator/compute_model.h"
 #include "simulator/simulate.h"
 
@@ -11,19 +12,21 @@ namespace shardplan {
 namespace {
 
 TimelineSummary simulate_with(const ModelSpec& model, const ClusterSpec& cluster, FsdpConfig config,
-                              int64_t micro_batches, const OffsetAssigner* assigner) {
+                              int64_t micro_batches) {
   config.grad_accum = micro_batches;
-  return simulate(build_plan(model, cluster, config, assigner), cluster).summary;
+  const std::unique_ptr<OffsetAssigner> online =
+      config.allocator == Allocator::caching ? make_online_assigner() : nullptr;
+  return simulate(build_plan(model, cluster, config, online.get()), cluster).summary;
 }
 
 }  // namespace
 
 TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
-                             const FsdpConfig& resolved, const OffsetAssigner* assigner) {
+                             const FsdpConfig& resolved) {
   const int64_t g = resolved.grad_accum;
-  if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g, assigner);
-  const TimelineSummary a = simulate_with(model, cluster, resolved, 2, assigner);
-  const TimelineSummary b = simulate_with(model, cluster, resolved, 3, assigner);
+  if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g);
+  const TimelineSummary a = simulate_with(model, cluster, resolved, 2);
+  const TimelineSummary b = simulate_with(model, cluster, resolved, 3);
   const double more = static_cast<double>(g - 3);
   auto extend = [&](double x2, double x3) { return x3 + more * (x3 - x2); };
   TimelineSummary s = b;
@@ -67,12 +70,9 @@ double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const Clus
   for (const PlanOp& op : plan.ops) {
     const bool compute =
         op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute;
-    bool model_parallel = false;
-    if (!compute && op.stream == Stream::compute && op.group >= 0) {
-      const std::string& group = plan.process_groups[static_cast<std::size_t>(op.group)].name;
-      model_parallel = group == "tp" || group == "cp";
-    }
-    if (compute || model_parallel) seconds += op_cost(plan, op, cluster).seconds;
+    const bool blocking_model_parallel =
+        op.stream == Stream::compute && is_model_parallel_group(plan, op.group);
+    if (compute || blocking_model_parallel) seconds += op_cost(plan, op, cluster).seconds;
   }
   return seconds;
 }

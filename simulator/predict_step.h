@@ -3,7 +3,6 @@
 #include "models/cluster_spec.h"
 #include "models/model_spec.h"
 #include "planner/fsdp_config.h"
-#include "pool/pool.h"
 #include "traces/timeline.h"
 
 namespace shardplan {
@@ -11,8 +10,10 @@ namespace shardplan {
 // Up to this many micro-batches predict_step simulates the whole step.
 inline constexpr int64_t kDirectMicroBatches = 5;
 
-// The summary simulate(build_plan(model, cluster, resolved, assigner)) gives, at a cost
-// that does not grow with grad_accum, for search loops. Past kDirectMicroBatches it
+// The summary simulate(build_plan(model, cluster, resolved)) gives, at a cost that does
+// not grow with grad_accum, for search loops. Under the caching allocator the pool's
+// layout does not enter the prediction (the simulator replays the allocator), so the
+// plan's pool is placed by make_online_assigner, not searched. Past kDirectMicroBatches it
 // simulates 2 and 3 micro-batches and extends the step by the difference, one middle
 // micro-batch with its boundaries: the first micro-batch (cold prefetch) and the last
 // (final reductions, optimizer) are in both, and every further middle one repeats the
@@ -22,7 +23,7 @@ inline constexpr int64_t kDirectMicroBatches = 5;
 // strategy, HSDP, recompute, double buffering, tp/cp and both allocators in
 // tests/simulator/predict_step_test.cc.
 TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
-                             const FsdpConfig& resolved, const OffsetAssigner* assigner = nullptr);
+                             const FsdpConfig& resolved);
 
 // Seconds per micro-batch that the compute stream of every configuration sharing
 // `resolved`'s compute_class (planner/sweep.h) is busy at least: one micro-batch's

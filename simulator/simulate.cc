@@ -290,8 +290,7 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
         // Blocking collectives run here too: tensor- and context-parallel ones, and FSDP's
         // reductions without async_reduce.
         if (is_collective(op)) {
-          const std::string& group = plan.process_groups[static_cast<std::size_t>(op.group)].name;
-          (group == "tp" || group == "cp" ? p.model_parallel : p.reduce_scatter) += d;
+          (is_model_parallel_group(plan, op.group) ? p.model_parallel : p.reduce_scatter) += d;
         } else {
           (op.kind == OpKind::optimizer_step ? p.optimizer : p.compute) += d;
         }

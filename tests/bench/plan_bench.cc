@@ -113,10 +113,9 @@ void BM_Sweep405BMesh(benchmark::State& state) {
   const shardplan::FsdpConfig base;
   const shardplan::SearchSpace space = shardplan::default_search_space(s.model, s.cluster, base);
   const auto configs = shardplan::enumerate_configs(space, base, s.cluster.num_gpus);
-  const std::unique_ptr<shardplan::OffsetAssigner> online = shardplan::make_online_assigner();
   const shardplan::Evaluator evaluate = [&](const shardplan::FsdpConfig& c,
                                             const shardplan::ClusterSpec& k) {
-    return shardplan::predict_step(s.model, k, c, online.get());
+    return shardplan::predict_step(s.model, k, c);
   };
   const shardplan::SweepOptions options{
       .memory_cap = shardplan::default_memory_cap(s.cluster),

@@ -421,8 +421,9 @@ TEST(NoFitAdvice, EverythingPrunedGrowsTheLeanestPointAndNeverFits) {
   EXPECT_FALSE(advice.lowest.has_value());
   ASSERT_TRUE(advice.lowest_bound.has_value());
   for (const SweepPoint& p : r.points) {
-    if (p.state == PointState::pruned)
+    if (p.state == PointState::pruned) {
       EXPECT_GE(p.memory_lower_bound, r.points[*advice.lowest_bound].memory_lower_bound);
+    }
   }
   ASSERT_TRUE(advice.grown.has_value());
   EXPECT_EQ(r.points[*advice.grown].config.recompute, Recompute::full);
