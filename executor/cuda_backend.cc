@@ -60,8 +60,8 @@ class CudaBackend final : public ExecutorBackend {
 
   void prepare(const Plan& plan) override {
     plan_ = &plan;
-    // A communicator for each process group a collective runs over: one NCCL id per
-    // instance, made by its first rank and sent over MPI to the rest.
+    // One NCCL communicator over the world, split per process group a collective runs
+    // over (ncclCommSplit, as Megatron and PyTorch build theirs): one id, made by rank 0.
     std::vector<bool> used(plan.process_groups.size(), false);
     for (const PlanOp& op : plan.ops) {
       if (op.group >= 0) used[static_cast<std::size_t>(op.group)] = true;
@@ -69,22 +69,20 @@ class CudaBackend final : public ExecutorBackend {
     std::vector<ShardplanCudaGroup> groups(plan.process_groups.size());
     for (std::size_t g = 0; g < plan.process_groups.size(); ++g) {
       const ProcessGroup& pg = plan.process_groups[g];
-      ShardplanCudaGroup& out = groups[g];
-      out = ShardplanCudaGroup{};
-      out.ranks = used[g] ? static_cast<int>(pg.size) : 1;
-      out.rank = static_cast<int>(group_rank(pg, rank_));
-      if (!mpi_ || out.ranks <= 1) continue;
-      MPI_Comm instance;
-      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(group_instance(pg, rank_)), rank_, &instance);
-      if (out.rank == 0) check(unique_id_(out.id, &error_));
-      MPI_Bcast(out.id, sizeof out.id, MPI_BYTE, 0, instance);
-      MPI_Comm_free(&instance);
+      groups[g] = ShardplanCudaGroup{.ranks = used[g] ? static_cast<int>(pg.size) : 1,
+                                     .rank = static_cast<int>(group_rank(pg, rank_)),
+                                     .color = static_cast<int>(group_instance(pg, rank_))};
+    }
+    char world_id[128] = {};
+    if (mpi_ && size_ > 1) {
+      if (rank_ == 0) check(unique_id_(world_id, &error_));
+      MPI_Bcast(world_id, sizeof world_id, MPI_BYTE, 0, MPI_COMM_WORLD);
     }
     // Ranks on a node take its devices in order.
     const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
     const int devices = std::max(1, probe_cuda().device_count);
-    check(open_(local % devices, static_cast<int>(plan.ops.size()), static_cast<int>(groups.size()),
-                groups.data(), &context_, &error_));
+    check(open_(local % devices, size_, rank_, world_id, static_cast<int>(plan.ops.size()),
+                static_cast<int>(groups.size()), groups.data(), &context_, &error_));
   }
 
   std::byte* allocate(int64_t bytes) override {
@@ -255,7 +253,8 @@ class CudaBackend final : public ExecutorBackend {
   void* context_ = nullptr;
   ShardplanCudaError error_{};
   int (*unique_id_)(void*, ShardplanCudaError*) = nullptr;
-  int (*open_)(int, int, int, const ShardplanCudaGroup*, void**, ShardplanCudaError*) = nullptr;
+  int (*open_)(int, int, int, const void*, int, int, const ShardplanCudaGroup*, void**,
+                ShardplanCudaError*) = nullptr;
   int (*alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
   int (*begin_)(void*, ShardplanCudaError*) = nullptr;
   int (*run_)(void*, const ShardplanCudaOp*, ShardplanCudaError*) = nullptr;

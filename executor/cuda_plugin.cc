@@ -46,6 +46,7 @@ struct Context {
   int device = 0;
   cudaStream_t streams[kCudaStreams] = {};
   cublasHandle_t blas = nullptr;
+  ncclComm_t world = nullptr;                // the parent of every group's communicator
   std::vector<ncclComm_t> comms;             // one per plan process group; null for a single rank
   std::vector<int> group_ranks, group_rank;  // each group's size and this rank's place
   cudaEvent_t step_start = nullptr;
@@ -106,7 +107,8 @@ extern "C" int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error) 
   return 0;
 }
 
-extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
+extern "C" int shardplan_cuda_open(int device, int world_ranks, int world_rank,
+                                   const void* world_id, int num_ops, int num_groups,
                                    const ShardplanCudaGroup* groups, void** context,
                                    ShardplanCudaError* error) {
   auto* c = new Context();
@@ -121,13 +123,20 @@ extern "C" int shardplan_cuda_open(int device, int num_ops, int num_groups,
   for (int g = 0; g < num_groups; ++g) {
     c->group_ranks.push_back(groups[g].ranks);
     c->group_rank.push_back(groups[g].rank);
-    if (groups[g].ranks <= 1) continue;
+  }
+  if (world_ranks > 1) {
     ncclUniqueId id;
-    static_assert(sizeof id <= sizeof groups[g].id);
-    std::memcpy(&id, groups[g].id, sizeof id);
-    if (FAILED(ncclCommInitRank(&c->comms[static_cast<std::size_t>(g)], groups[g].ranks, id,
-                                groups[g].rank)))
-      return 1;
+    std::memcpy(&id, world_id, sizeof id);
+    if (FAILED(ncclCommInitRank(&c->world, world_ranks, id, world_rank))) return 1;
+    static_assert(sizeof(ncclUniqueId) == 128);
+    // ncclCommSplit is collective over the parent. `ranks` is the same on every rank for
+    // a group, so all skip the single-rank ones together.
+    for (int g = 0; g < num_groups; ++g) {
+      if (groups[g].ranks <= 1) continue;
+      if (FAILED(ncclCommSplit(c->world, groups[g].color, groups[g].rank,
+                               &c->comms[static_cast<std::size_t>(g)], nullptr)))
+        return 1;
+    }
   }
   if (FAILED(cudaEventCreate(&c->step_start))) return 1;
   c->starts.resize(static_cast<std::size_t>(num_ops));
@@ -336,6 +345,7 @@ extern "C" void shardplan_cuda_close(void* context) {
   cudaDeviceSynchronize();
   for (ncclComm_t comm : c->comms)
     if (comm != nullptr) ncclCommDestroy(comm);
+  if (c->world != nullptr) ncclCommDestroy(c->world);
   for (void* p : c->allocations) cudaFree(p);
   if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
   for (cudaEvent_t e : c->starts) cudaEventDestroy(e);

@@ -61,17 +61,23 @@ struct ShardplanCudaOp {
   int parts;  // records its start, the last its end
 };
 
-// This rank's place in one of the plan's process groups. `id`: the 128-byte ncclUniqueId
-// of its instance (from shardplan_cuda_unique_id on the instance's first rank, broadcast
-// by MPI). A group of one rank, or one no collective uses (ranks 1), gets no communicator.
+// This rank's place in one of the plan's process groups. The plugin makes one NCCL
+// communicator over the world (from `world_id`, the ncclUniqueId that rank 0 made with
+// shardplan_cuda_unique_id and broadcast by MPI) and splits it per group with
+// ncclCommSplit: `color` names this rank's instance of the group (ranks of one instance
+// share it), `rank` is its place there. Every rank takes part in every split, so the
+// groups array must be the same length and order on all ranks. A group of one rank, or
+// one no collective uses (ranks 1), gets no communicator.
 struct ShardplanCudaGroup {
   int ranks;
   int rank;
-  char id[128];
+  int color;
 };
 
 int shardplan_cuda_unique_id(void* id128, ShardplanCudaError* error);
-int shardplan_cuda_open(int device, int num_ops, int num_groups, const ShardplanCudaGroup* groups,
+// `world_id`: 128 bytes; ignored when world_ranks is 1.
+int shardplan_cuda_open(int device, int world_ranks, int world_rank, const void* world_id,
+                        int num_ops, int num_groups, const ShardplanCudaGroup* groups,
                         void** context, ShardplanCudaError* error);
 int shardplan_cuda_alloc(void* context, long long bytes, void** data, ShardplanCudaError* error);
 int shardplan_cuda_begin_step(void* context, ShardplanCudaError* error);
