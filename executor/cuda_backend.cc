@@ -254,7 +254,7 @@ class CudaBackend final : public ExecutorBackend {
   ShardplanCudaError error_{};
   int (*unique_id_)(void*, ShardplanCudaError*) = nullptr;
   int (*open_)(int, int, int, const void*, int, int, const ShardplanCudaGroup*, void**,
-                ShardplanCudaError*) = nullptr;
+               ShardplanCudaError*) = nullptr;
   int (*alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
   int (*begin_)(void*, ShardplanCudaError*) = nullptr;
   int (*run_)(void*, const ShardplanCudaOp*, ShardplanCudaError*) = nullptr;

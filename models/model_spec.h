@@ -54,6 +54,11 @@ struct ModuleComm {
   MeshAxis axis = MeshAxis::tp;
   Footprint per_token;
   int64_t count = 1;
+  // A GEMM input (sequence-parallel gathers of the normed input and of the output
+  // gradient): under FP8 Transformer Engine quantizes it before the all-gather, so it
+  // moves 1-byte elements (layernorm_linear.py `with_quantized_all_gather = fp8`;
+  // base.py grad_output_preprocess "FP8 case with gather"). Reductions stay in bf16.
+  bool fp8_gemm_input = false;
 };
 
 // Cost of one module's own work, per token of the micro-batch. Terms marked "ctx" scale

@@ -24,6 +24,7 @@ struct BatchShape {
   int64_t seq_len = 2048;        // tokens per sequence, whole
   int64_t activation_bytes = 2;  // bytes per activation element (bf16)
   int64_t context_parallel = 1;  // ranks each sequence is split over
+  bool fp8 = false;              // FP8 GEMMs: their inputs cross the tp ranks as 1-byte elements
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }

@@ -94,6 +94,12 @@ ModuleComm comm(CommPhase phase, CommKind kind, MeshAxis axis, Footprint per_tok
       .phase = phase, .kind = kind, .axis = axis, .per_token = per_token, .count = count};
 }
 
+ModuleComm gemm_input_gather(CommPhase phase, Footprint per_token) {
+  ModuleComm c = comm(phase, CommKind::all_gather, MeshAxis::tp, per_token);
+  c.fp8_gemm_input = true;
+  return c;
+}
+
 // The tensor-parallel collectives of a block that enters with a column-parallel layer and
 // leaves with a row-parallel one (attention, MLP), on `width`-element activations.
 // Sequence parallel: the input is all-gathered before the column layer and the output
@@ -108,10 +114,9 @@ std::vector<ModuleComm> block_comms(const Ranks& r, int64_t width) {
     return {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, h),
             comm(CommPhase::backward, CommKind::all_reduce, MeshAxis::tp, h)};
   }
-  return {comm(CommPhase::forward, CommKind::all_gather, MeshAxis::tp, h),
+  return {gemm_input_gather(CommPhase::forward, h),
           comm(CommPhase::forward, CommKind::reduce_scatter, MeshAxis::tp, h),
-          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, h),
-          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, h),
+          gemm_input_gather(CommPhase::backward, h), gemm_input_gather(CommPhase::backward, h),
           comm(CommPhase::backward, CommKind::reduce_scatter, MeshAxis::tp, h)};
 }
 

@@ -57,6 +57,10 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 
 }  // namespace
 
+bool fp8_compute(const FsdpConfig& config) {
+  return config.fp8.value_or(config.fp8_param_gather);
+}
+
 bool sequence_parallel(const FsdpConfig& config) {
   return config.sequence_parallel.value_or(config.tp > 1);
 }
@@ -127,6 +131,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "main_param_dtype",
                                                 "main_grad_dtype",
                                                 "grad_reduce_dtype",
+                                                "fp8",
                                                 "fp8_param_gather",
                                                 "fp8_recipe",
                                                 "fine_grained_param_gather",
@@ -206,6 +211,17 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
   }
   // Combinations Megatron-FSDP does not support (seeds/002 README).
   const bool zero3 = sharding_traits(c).shard_params;
+  if (c.fp8_param_gather && !fp8_compute(c)) {
+    fail("fp8",
+         "fp8_param_gather gathers FP8 weights for FP8 GEMMs; set fp8: true or "
+         "fp8_param_gather: false");
+  }
+  if (fp8_compute(c) && !c.fp8_param_gather && zero3) {
+    fail("fp8",
+         "FP8 GEMMs on bf16 weights under optim_grads_params are not modelled (where "
+         "Transformer Engine keeps the FP8 casts of each gathered unit depends on the "
+         "stack); set fp8_param_gather: true");
+  }
   if (c.fp8_param_gather && !zero3) {
     fail("fp8_param_gather", fmt::format("needs sharding_strategy optim_grads_params (only "
                                          "ZeRO-3 supports FP8 parameters), got {}",
@@ -290,6 +306,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
       r.fail(key, "must be fp32, bf16 or fp16");
     }
   }
+  if (r.has("fp8")) c.fp8 = r.boolean("fp8");
   c.fp8_param_gather = r.boolean_or("fp8_param_gather", c.fp8_param_gather);
   c.fp8_recipe = parse_enum(r, "fp8_recipe", kRecipes, c.fp8_recipe);
   c.fine_grained_param_gather =
@@ -300,8 +317,8 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.optimizer = parse_enum(r, "optimizer", kOptimizers, c.optimizer);
 
   // A JSON-level rule: the key was given where it has no effect.
-  if (r.has("fp8_recipe") && !c.fp8_param_gather) {
-    r.fail("fp8_recipe", "only applies with fp8_param_gather: true");
+  if (r.has("fp8_recipe") && !fp8_compute(c)) {
+    r.fail("fp8_recipe", "only applies with fp8: true (or fp8_param_gather: true)");
   }
   if (r.has("cp_comm") && c.cp == 1) r.fail("cp_comm", "only applies with cp > 1");
   check_fsdp_config(c, label);
@@ -333,8 +350,9 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["main_param_dtype"] = dtype_name(c.main_param_dtype);
   j["main_grad_dtype"] = dtype_name(c.main_grad_dtype);
   j["grad_reduce_dtype"] = dtype_name(c.grad_reduce_dtype);
+  if (c.fp8.has_value()) j["fp8"] = *c.fp8;
   j["fp8_param_gather"] = c.fp8_param_gather;
-  if (c.fp8_param_gather) j["fp8_recipe"] = fp8_recipe_name(c.fp8_recipe);
+  if (fp8_compute(c)) j["fp8_recipe"] = fp8_recipe_name(c.fp8_recipe);
   j["fine_grained_param_gather"] = c.fine_grained_param_gather;
   j["keep_fp8_transpose_cache"] = c.keep_fp8_transpose_cache;
   j["double_buffer"] = c.double_buffer;
@@ -465,6 +483,7 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                  c.dp_outer * c.dp_shard * model_ranks, gpus, where));
   }
   c.sequence_parallel = sequence_parallel(c);
+  c.fp8 = fp8_compute(c);
   check_model_parallel(c, model, cluster, label);
   // Megatron-FSDP gathers MXFP8 weights module by module inside a unit (seeds/004, PR
   // #4181); the planner issues one all-gather per parameter group and cannot plan it.
@@ -475,8 +494,8 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                      "unit; set it to false (with finer units, unit_modules, for a similar "
                      "memory trade-off)");
   }
-  if (c.fp8_param_gather && cluster.gpu.fp8_dense_flops <= 0) {
-    throw InputError(label, "/fp8_param_gather",
+  if (fp8_compute(c) && cluster.gpu.fp8_dense_flops <= 0) {
+    throw InputError(label, c.fp8_param_gather ? "/fp8_param_gather" : "/fp8",
                      fmt::format("{} has no FP8 tensor cores", cluster.gpu.name));
   }
   if (model.max_seq_len > 0 && c.seq_len > model.max_seq_len) {

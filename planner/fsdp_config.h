@@ -58,6 +58,9 @@ struct FsdpConfig {
   DType main_param_dtype = DType::fp32;
   DType main_grad_dtype = DType::bf16;
   DType grad_reduce_dtype = DType::bf16;
+  // FP8 GEMMs (Megatron's --fp8-format with Transformer Engine, torchao Float8); unset:
+  // on with fp8_param_gather. Read it with fp8_compute().
+  std::optional<bool> fp8;
   bool fp8_param_gather = false;  // all-gather FP8 weights (1 byte per element)
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
   bool fine_grained_param_gather = false;  // per-module all-gathers inside a unit
@@ -69,6 +72,8 @@ struct FsdpConfig {
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.
 bool sequence_parallel(const FsdpConfig& config);
+// Whether GEMMs run in FP8: as set, else with fp8_param_gather.
+bool fp8_compute(const FsdpConfig& config);
 // The tensor and context parallelism one rank of the config's mesh runs.
 ModelParallel model_parallel(const FsdpConfig& config);
 
@@ -114,7 +119,7 @@ FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::stri
 // count (dp_shard 0 is derived first), tp within one NVLink domain, tp dividing the
 // model's heads, KV heads and FFN widths, strategy combinations Megatron-FSDP supports,
 // FP8 on a GPU that has it, the sequence length the model accepts, unit patterns that
-// match. Returns the resolved config (dp_shard and sequence_parallel set).
+// match. Returns the resolved config (dp_shard, sequence_parallel and fp8 set).
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                const ClusterSpec& cluster, const std::string& label);
 

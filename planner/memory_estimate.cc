@@ -77,6 +77,10 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   const double gathered_bytes = c.fp8_param_gather ? 1.0 : bytes_of(c.param_dtype);
   e.model_weights = weight_bytes * (shard_params ? per_rank : total);
   if (c.keep_fp8_transpose_cache) e.model_weights += total;
+  // FP8 GEMMs on unsharded bf16 weights: the cached FP8 copy and transpose of every layer
+  // (plan_builder.cc).
+  if (fp8_compute(c) && !c.fp8_param_gather)
+    e.model_weights += 2.0 * (total - static_cast<double>(root));
   // preserve_fp32_weights=False: no separate main copy.
   if (c.main_param_dtype != c.param_dtype || c.fp8_param_gather) {
     e.main_weights =

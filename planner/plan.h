@@ -47,6 +47,7 @@ enum class BufferRole {
   double_buffer,          // double_buffer: persistent unsharded buffers
   tp_buffer,              // a tensor-parallel collective's output: the gathered sequence
   cp_buffer,              // context parallelism's received K/V chunks (or gathered K/V)
+  fp8_weight_cache,       // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cast copies
 };
 
 std::string_view stream_name(Stream s);

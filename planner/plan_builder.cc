@@ -43,6 +43,12 @@ void add_persistent_buffers(Plan& plan) {
   const int64_t weight_shards = shard_params ? param_group : -1;
   const int64_t optimizer_shards = shard_optimizer ? optimizer_group : -1;
   const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
+  // FP8 GEMMs on bf16 weights that stay unsharded (ZeRO-0/1/2): Transformer Engine casts
+  // each layer's weights once per step and caches the FP8 copy and its transpose (MXFP8:
+  // row- and column-wise copies) across micro-batches (Megatron passes
+  // is_first_microbatch; TE's get_weight_workspace cache "weight"): 2 bytes per layer
+  // parameter, kept. The embedding and output layer stay bf16 (root unit).
+  const bool fp8_cache = fp8_compute(c) && !c.fp8_param_gather;
   for (const ParamGroup& g : plan.groups) {
     const std::string where = fmt::format("{} g{}",
                                           plan.units[static_cast<std::size_t>(g.unit)].name.empty()
@@ -57,6 +63,10 @@ void add_persistent_buffers(Plan& plan) {
     if (c.fp8_param_gather && c.fp8_recipe == Fp8Recipe::mxfp8) {
       add_persistent(plan, BufferRole::fp8_columnwise_weight, g.unit, g.id, DType::fp8_e4m3,
                      weight_elements, weight_shards, "fp8_columnwise_weight " + where);
+    }
+    if (fp8_cache && g.unit != 0) {
+      add_persistent(plan, BufferRole::fp8_weight_cache, g.unit, g.id, DType::fp8_e4m3,
+                     2 * g.elements, -1, "fp8_weight_cache " + where);
     }
     if (!g.requires_grad) continue;
     const int64_t optimizer_elements =

@@ -29,6 +29,7 @@ PlanMemory plan_memory(const Plan& plan) {
     switch (b.role) {
       case BufferRole::model_weight:
       case BufferRole::fp8_columnwise_weight:
+      case BufferRole::fp8_weight_cache:
         m.model_weights += bytes;
         break;
       case BufferRole::main_weight:

@@ -32,7 +32,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
   return BatchShape{.micro_batch = c.micro_batch,
                     .seq_len = c.seq_len,
                     .activation_bytes = dtype_bytes(c.param_dtype),
-                    .context_parallel = c.cp};
+                    .context_parallel = c.cp,
+                    .fp8 = fp8_compute(c)};
 }
 
 }  // namespace shardplan

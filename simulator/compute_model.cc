@@ -19,7 +19,7 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute: {
-      const bool fp8 = plan.config.fp8_param_gather && gpu.fp8_dense_flops > 0;
+      const bool fp8 = fp8_compute(plan.config) && gpu.fp8_dense_flops > 0;
       const double gemm_rate = fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
                                    : gpu.bf16_dense_flops * e.gemm_efficiency;
       const double gemm = std::max(op.flops - op.attention_flops, 0.0);

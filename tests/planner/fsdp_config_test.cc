@@ -163,6 +163,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "optim_grads_params"},
         BadConfig{
             "recipe_without_fp8", {{"fp8_recipe", "mxfp8"}}, "/fp8_recipe", "fp8_param_gather"},
+        BadConfig{"fp8_gather_without_fp8_gemms",
+                  {{"fp8", false}, {"fp8_param_gather", true}},
+                  "/fp8",
+                  "set fp8: true"},
+        BadConfig{
+            "fp8_gemms_on_gathered_bf16", {{"fp8", true}}, "/fp8", "set fp8_param_gather: true"},
+        BadConfig{"fp8_not_a_bool", {{"fp8", "yes"}}, "/fp8", "expected true or false"},
         BadConfig{"transpose_without_fp8",
                   {{"keep_fp8_transpose_cache", true}},
                   "/keep_fp8_transpose_cache",
@@ -237,6 +244,32 @@ TEST(ResolveConfig, Fp8NeedsFp8TensorCores) {
     FAIL();
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "/fp8_param_gather");
+    EXPECT_NE(e.reason().find("no FP8"), std::string::npos);
+  }
+}
+
+// FP8 GEMMs without FP8 weights (Megatron DDP + distributed optimizer with --fp8-format):
+// the key is written back, follows fp8_param_gather when unset, and needs FP8 hardware.
+TEST(ResolveConfig, Fp8GemmsStandAloneOnUnshardedWeights) {
+  const ModelSpec model = load_model("tiny");
+  const FsdpConfig zero1 =
+      fsdp_config_from_json({{"fp8", true}, {"sharding_strategy", "optim"}}, "cfg");
+  EXPECT_TRUE(fp8_compute(zero1));
+  EXPECT_FALSE(zero1.fp8_param_gather);
+  EXPECT_EQ(fsdp_config_to_json(zero1)["fp8"], true);
+  EXPECT_EQ(fsdp_config_to_json(zero1)["fp8_recipe"], "delayed");
+  EXPECT_FALSE(fsdp_config_to_json(FsdpConfig{}).contains("fp8"));
+  EXPECT_TRUE(fp8_compute(fsdp_config_from_json({{"fp8_param_gather", true}}, "cfg")));
+  EXPECT_FALSE(fp8_compute(FsdpConfig{}));
+  const FsdpConfig resolved = resolve_fsdp_config(zero1, model, h100_nodes(1), "cfg");
+  EXPECT_EQ(resolved.fp8, std::optional<bool>(true));
+  EXPECT_EQ(resolve_fsdp_config(FsdpConfig{}, model, h100_nodes(1), "cfg").fp8,
+            std::optional<bool>(false));
+  try {
+    resolve_fsdp_config(zero1, model, load_cluster("dgx-a100", 1, std::nullopt), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/fp8");
     EXPECT_NE(e.reason().find("no FP8"), std::string::npos);
   }
 }

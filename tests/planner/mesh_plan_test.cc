@@ -3,6 +3,8 @@
 // against 16·P/(tp·dp_shard·cp), and the throughput bookkeeping per GPU.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <tuple>
 
 #include "models/transformer_builder.h"
@@ -185,6 +187,40 @@ TEST(MeshPlan, OverlapMovesTensorParallelCollectivesOffTheComputeStream) {
       waits = waits || plan.ops[static_cast<std::size_t>(d)].stream == Stream::tp;
     EXPECT_TRUE(waits) << op.name;
   }
+}
+
+// Under FP8, Transformer Engine quantizes a GEMM input before its sequence-parallel
+// all-gather: the blocks' gathers move T·h bytes instead of 2·T·h; reduce-scatters and the
+// embedding's and output layer's collectives stay bf16.
+TEST(MeshPlan, Fp8HalvesTheSequenceParallelGathersOfGemmInputs) {
+  const ModelSpec model = load_model("tiny");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 8);
+  const nlohmann::json base = {{"tp", 2}, {"seq_len", 64}};
+  nlohmann::json fp8 = base;
+  fp8["fp8_param_gather"] = true;
+  const Plan bf16_plan = build_plan(model, cluster, resolved(model, cluster, base));
+  const Plan fp8_plan = build_plan(model, cluster, resolved(model, cluster, fp8));
+  std::map<std::string, const PlanOp*> bf16_ops;
+  for (const PlanOp& op : bf16_plan.ops) bf16_ops[op.name] = &op;
+  const double tokens = 64, hidden = static_cast<double>(model.arch->hidden_size);
+  int64_t halved = 0, kept = 0;
+  for (const PlanOp& op : fp8_plan.ops) {
+    if (!op.name.starts_with("tp_")) continue;
+    ASSERT_TRUE(bf16_ops.contains(op.name)) << op.name;
+    const double bf16_bytes = bf16_ops.at(op.name)->bytes;
+    const bool block = op.name.find(".self_attn ") != std::string::npos ||
+                       op.name.find(".mlp ") != std::string::npos;
+    if (block && op.kind == OpKind::all_gather) {
+      EXPECT_DOUBLE_EQ(op.bytes, tokens * hidden) << op.name;
+      EXPECT_DOUBLE_EQ(bf16_bytes, 2 * tokens * hidden) << op.name;
+      ++halved;
+    } else {
+      EXPECT_DOUBLE_EQ(op.bytes, bf16_bytes) << op.name;
+      ++kept;
+    }
+  }
+  EXPECT_GT(halved, 0);
+  EXPECT_GT(kept, 0);
 }
 
 // ZeRO-3 with the default dtypes keeps 16 bytes per parameter of its shard: bf16 weights

@@ -9,6 +9,7 @@
 
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
+#include "planner/memory_estimate.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_validator.h"
 
@@ -59,6 +60,29 @@ TEST(PlanMemory, PersistentBytesFollowTheStrategyTable) {
     EXPECT_DOUBLE_EQ(m.main_grads, row.grads) << row.strategy;
     EXPECT_DOUBLE_EQ(m.optimizer_states, row.optimizer) << row.strategy;
   }
+}
+
+// FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cached FP8 copy and transpose,
+// 2 bytes per layer parameter, on top of the strategy table's weights; the embedding and
+// output layer (root unit) stay bf16. The closed-form estimate says the same.
+TEST(PlanMemory, Fp8GemmsOnBf16WeightsCacheTwoBytesPerLayerParameter) {
+  const int64_t n = 8;
+  const double full =
+      32.0 * static_cast<double>(padded(kLayer, n)) + static_cast<double>(padded(kRoot, n));
+  const Plan plan = llama8b_plan({{"sharding_strategy", "optim"}, {"fp8", true}});
+  const PlanMemory m = plan_memory(plan);
+  EXPECT_DOUBLE_EQ(m.model_weights, 2 * full + 2.0 * 32.0 * static_cast<double>(kLayer));
+  int64_t caches = 0;
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.role != BufferRole::fp8_weight_cache) continue;
+    ++caches;
+    EXPECT_TRUE(b.persistent);
+    EXPECT_NE(b.unit, 0) << b.name;
+  }
+  EXPECT_GE(caches, 32);
+  const MemoryEstimate e = estimate_memory(load_model("llama3-8b"),
+                                           load_cluster("dgx-h100", 1, std::nullopt), plan.config);
+  EXPECT_NEAR(e.model_weights, m.model_weights, 1e-4 * m.model_weights);  // padding
 }
 
 TEST(PlanMemory, HsdpOptimizerShardsOverBothDimensions) {
