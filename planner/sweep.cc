@@ -14,6 +14,7 @@
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "planner/memory_estimate.h"
+#include "planner/sharding.h"
 
 namespace shardplan {
 namespace {
@@ -112,8 +113,8 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
   s.recompute = {Recompute::none, Recompute::selective, Recompute::full};
   s.micro_batches = {1, 2, 4};
   s.global_batch_sequences = 4 * cluster.num_gpus;
-  s.fp8_param_gather = {false};
-  if (cluster.gpu.fp8_dense_flops > 0) s.fp8_param_gather.push_back(true);
+  s.fp8 = {false};
+  if (cluster.gpu.fp8_dense_flops > 0) s.fp8.push_back(true);
   s.double_buffer = {false};
   s.allocators = {Allocator::caching};
   return s;
@@ -124,7 +125,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   const JsonReader r(json, label);
   r.expect_only({"tp", "cp", "sharding_strategy", "dp_outer", "outer_strategy", "bucket_bytes",
                  "prefetch", "recompute", "micro_batch", "global_batch_sequences",
-                 "global_batch_tokens", "fp8_param_gather", "double_buffer", "allocator"});
+                 "global_batch_tokens", "fp8", "double_buffer", "allocator"});
   auto named = [&](auto parse, auto names, const char* what) {
     return [&, parse, names, what](const nlohmann::json& v, const std::string& path) {
       if (!v.is_string()) r.fail(path, "expected a name");
@@ -185,8 +186,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
     // Kept as tokens until the sequence length is known: negative marks tokens.
     s.global_batch_sequences = -r.positive_integer("global_batch_tokens");
   }
-  if (r.has("fp8_param_gather"))
-    s.fp8_param_gather = parse_list<bool>(r, "fp8_param_gather", boolean);
+  if (r.has("fp8")) s.fp8 = parse_list<bool>(r, "fp8", boolean);
   if (r.has("double_buffer")) s.double_buffer = parse_list<bool>(r, "double_buffer", boolean);
   if (r.has("allocator")) {
     s.allocators =
@@ -201,7 +201,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   for (const std::size_t n :
        {s.tp.size(), s.cp.size(), s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(),
         s.bucket_bytes.size(), s.prefetch.size(), s.recompute.size(), s.micro_batches.size(),
-        s.fp8_param_gather.size(), s.double_buffer.size(), s.allocators.size()}) {
+        s.fp8.size(), s.double_buffer.size(), s.allocators.size()}) {
     configs = std::min<int64_t>(configs * static_cast<int64_t>(std::max<std::size_t>(n, 1)),
                                 kMaxConfigs + 1);
   }
@@ -233,7 +233,7 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
               for (int64_t prefetch : space.prefetch) {
                 for (Recompute recompute : space.recompute) {
                   for (int64_t micro_batch : space.micro_batches) {
-                    for (bool fp8 : space.fp8_param_gather) {
+                    for (bool fp8 : space.fp8) {
                       for (bool double_buffer : space.double_buffer) {
                         for (Allocator allocator : space.allocators) {
                           FsdpConfig c = mesh;
@@ -255,7 +255,10 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
                                             per_rank % micro_batch == 0)
                                              ? per_rank / micro_batch
                                              : 0;
-                          c.fp8_param_gather = fp8;
+                          // FP8 GEMMs; under ZeRO-3 on FP8 weights (the only FP8 there
+                          // that Megatron-FSDP runs), else on bf16 weights.
+                          c.fp8 = fp8;
+                          c.fp8_param_gather = fp8 && sharding_traits(c).shard_params;
                           c.double_buffer = double_buffer;
                           c.allocator = allocator;
                           out.push_back(std::move(c));
@@ -314,7 +317,7 @@ std::string describe_config(const FsdpConfig& c) {
   text += fmt::format(" pf{} {} mb{}×ga{}", c.forward_prefetch, recompute_name(c.recompute),
                       c.micro_batch, c.grad_accum);
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
-  if (c.fp8_param_gather) text += " fp8";
+  if (fp8_compute(c)) text += " fp8";
   if (c.double_buffer) text += " dbuf";
   if (c.allocator == Allocator::pool) text += " pool";
   return text;

@@ -29,7 +29,8 @@ struct SearchSpace {
   std::vector<Recompute> recompute;
   std::vector<int64_t> micro_batches;  // sequences per micro-batch (must divide the batch)
   int64_t global_batch_sequences = 0;  // per optimizer step, over every GPU
-  std::vector<bool> fp8_param_gather;  // true is skipped on GPUs without FP8
+  // FP8 GEMMs, with FP8 weight gathers under ZeRO-3; true is skipped on GPUs without FP8.
+  std::vector<bool> fp8;
   std::vector<bool> double_buffer;
   std::vector<Allocator> allocators;
 };

@@ -84,7 +84,7 @@ TEST(Sweep, PruningNeverDropsAConfigurationThatFits) {
   s.dp_outer = {1, 2};
   s.micro_batches = {1, 2};
   s.prefetch = {1};
-  s.fp8_param_gather = {false};
+  s.fp8 = {false};
   const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
   // Tight: ZeRO-1/2 state of 8B on 8 GPUs does not fit, nor do saved activations of
   // 8192-token sequences without recompute.
@@ -107,6 +107,33 @@ TEST(Sweep, PruningNeverDropsAConfigurationThatFits) {
     }
   }
   EXPECT_EQ(pruned.ranking, full.ranking);
+}
+
+// The space's fp8 runs FP8 GEMMs under every strategy: on FP8 weights (fp8_param_gather)
+// under ZeRO-3, on bf16 weights with Transformer Engine's cached casts elsewhere. Every such
+// point is valid, and the memory bound still holds (the cache is persistent in both).
+TEST(Sweep, Fp8RunsUnderEveryStrategy) {
+  Fixture f;
+  SearchSpace s = f.space();
+  s.strategies = {ShardingStrategy::no_shard, ShardingStrategy::optim,
+                  ShardingStrategy::optim_grads, ShardingStrategy::optim_grads_params};
+  s.fp8 = {true};
+  s.dp_outer = {1};
+  const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  const SweepResult r = sweep_configs(f.model, f.cluster, configs, f.evaluate, {.prune = false});
+  ASSERT_EQ(r.points.size(), configs.size());
+  EXPECT_EQ(r.invalid, 0);
+  for (const SweepPoint& p : r.points) {
+    EXPECT_TRUE(fp8_compute(p.config)) << describe_config(p.config);
+    EXPECT_EQ(p.config.fp8_param_gather,
+              p.config.sharding_strategy == ShardingStrategy::optim_grads_params)
+        << describe_config(p.config);
+    EXPECT_NE(describe_config(p.config).find(" fp8"), std::string::npos);
+    ASSERT_EQ(p.state, PointState::evaluated) << p.reason;
+    EXPECT_GT(p.memory_lower_bound, 0);
+    EXPECT_LE(p.memory_lower_bound, static_cast<double>(p.summary.peak_allocated_bytes))
+        << describe_config(p.config);
+  }
 }
 
 TEST(Sweep, ThreadCountChangesNothing) {
@@ -270,7 +297,7 @@ TEST(Sweep, DefaultSpaceSpansTheMeshAndHoldsTheGlobalBatch) {
   one.prefetch = {1};
   one.recompute = {Recompute::full};
   one.micro_batches = {2};
-  one.fp8_param_gather = {false};
+  one.fp8 = {false};
   const std::vector<FsdpConfig> configs = enumerate_configs(one, base, cluster.num_gpus);
   ASSERT_EQ(configs.size(), 1u);
   // 4 sequences per GPU over 1024 GPUs; 1024 / (8 × 2) = 64 replicas hold 64 each.
@@ -373,7 +400,7 @@ TEST(NoFitAdvice, GrowsTheLeastMemoryConfigurationToTheFirstNodeCountThatFits) {
   s.prefetch = {1};
   s.recompute = {Recompute::none, Recompute::selective};
   s.micro_batches = {2};
-  s.fp8_param_gather = {false};
+  s.fp8 = {false};
   s.bucket_bytes = {std::nullopt};
   const std::vector<FsdpConfig> configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
   const SweepResult uncapped = sweep_configs(f.model, f.cluster, configs, f.evaluate,
