@@ -84,6 +84,7 @@ struct SweepParams {
   int threads = 0;                             // 0 = every core
   int top = 10;
   bool no_prune = false;
+  bool pareto = false;  // compute the exact front (also with --json, --csv, --report)
   bool json = false;
   std::string csv;          // every point, with the Pareto flag
   std::string report;       // HTML page

@@ -228,8 +228,13 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
   }
   int64_t front = 0;
   for (const SweepPoint& pt : result.points) front += pt.pareto ? 1 : 0;
-  out << fmt::format("\nPareto front (peak memory vs step time): {} points{}.\n", front,
-                     p.csv.empty() && p.report.empty() ? " (--csv, --report)" : "");
+  if (result.pareto) {
+    out << fmt::format("\nPareto front (peak memory vs step time): {} points{}.\n", front,
+                       p.csv.empty() && p.report.empty() ? " (--csv, --report)" : "");
+  } else {
+    out << "\nPareto front (peak memory vs step time): not computed; --pareto (or --csv, "
+           "--report, --json) simulates what it needs.\n";
+  }
   for (const std::string* path : {&p.csv, &p.report}) {
     if (!path->empty()) out << "wrote " << *path << "\n";
   }
@@ -266,7 +271,9 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
           [&](const FsdpConfig& c) {
             return compute_stream_seconds_per_micro_batch(job.model, job.cluster, c);
           },
-      .keep = p.top};
+      .keep = p.top,
+      // The front is exact wherever it is shown; the text table alone needs the ranking.
+      .pareto = p.pareto || p.json || !p.csv.empty() || !p.report.empty()};
   // Under mpirun every rank enumerates and bounds the same configurations and simulates
   // its share of each batch; rank 0 reports.
   std::optional<MpiSession> mpi;
@@ -357,6 +364,8 @@ Command add_sweep_command(CLI::App& app) {
   sweep->add_option("-j,--jobs", p.threads, "threads (default: every core)");
   sweep->add_option("--top", p.top, "rows of the ranked table")->capture_default_str();
   sweep->add_flag("--no-prune", p.no_prune, "simulate even what cannot fit");
+  sweep->add_flag("--pareto", p.pareto,
+                  "compute the exact Pareto front of memory vs step time (more simulations)");
   sweep->add_option("--csv", p.csv, "write every configuration as CSV");
   sweep->add_option("--report", p.report, "write an HTML report with the Pareto chart");
   sweep->add_option("--emit-config", p.emit_config,

@@ -374,7 +374,8 @@ void parallel_for(std::size_t n, int threads, const std::function<void(std::size
 // Configurations already simulated, for the skipping rule of SweepOptions.
 class Frontier {
  public:
-  explicit Frontier(int64_t keep) : keep_(static_cast<std::size_t>(std::max<int64_t>(keep, 1))) {}
+  Frontier(int64_t keep, bool pareto)
+      : keep_(static_cast<std::size_t>(std::max<int64_t>(keep, 1))), pareto_(pareto) {}
 
   void add(const TimelineSummary& s, bool fits) {
     done_.emplace_back(s.step_seconds, s.peak_reserved_bytes);
@@ -385,9 +386,11 @@ class Frontier {
     }
   }
   // Whether a configuration whose step is at least `step_bound` and whose peak is at
-  // least `memory_bound` can reach neither the fastest `keep` nor the Pareto front.
+  // least `memory_bound` can reach neither the fastest `keep` nor (when kept) the Pareto
+  // front.
   bool excludes(double step_bound, double memory_bound) const {
     if (fastest_.size() < keep_ || step_bound <= fastest_.back()) return false;
+    if (!pareto_) return true;
     return std::any_of(done_.begin(), done_.end(), [&](const auto& d) {
       return d.first < step_bound && static_cast<double>(d.second) <= memory_bound;
     });
@@ -397,6 +400,7 @@ class Frontier {
 
  private:
   std::size_t keep_;
+  bool pareto_;
   std::vector<double> fastest_;  // ascending
   std::vector<std::pair<double, int64_t>> done_;
 };
@@ -489,7 +493,7 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
   auto run_batch = [&](const std::vector<std::size_t>& batch) {
     return options.batch_evaluator ? options.batch_evaluator(batch, here) : here(batch);
   };
-  Frontier frontier(options.keep);
+  Frontier frontier(options.keep, options.pareto);
   const std::size_t batch_size = bound_time ? kSweepBatch : order.size();
   std::size_t next = 0;
   while (next < order.size()) {
@@ -500,8 +504,9 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
         p.state = PointState::pruned;
         p.reason = fmt::format(
             "its compute stream alone needs {:.4g} s, more than the {} fastest fitting "
-            "configurations ({:.4g} s) and a faster one needs less memory",
-            p.step_lower_bound, options.keep, frontier.threshold());
+            "configurations ({:.4g} s){}",
+            p.step_lower_bound, options.keep, frontier.threshold(),
+            options.pareto ? " and a faster one needs less memory" : "");
         ++result.pruned_by_time;
         progressed(1);
       } else {
@@ -545,6 +550,8 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
   std::sort(result.ranking.begin(), result.ranking.end(), faster);
   // Pareto front: by step time, a point is on it when it needs less memory than every
   // faster point.
+  result.pareto = options.pareto;
+  if (!options.pareto) return result;
   std::sort(evaluated.begin(), evaluated.end(), faster);
   int64_t lowest = INT64_MAX;
   for (std::size_t i : evaluated) {

@@ -62,6 +62,24 @@ TEST(SweepCommand, EmittedConfigPlansAndSimulatesUnchanged) {
                    j["ranking"][0]["step_seconds"].get<double>());
 }
 
+// The text table alone does not compute the front (it says so); --pareto does, as --csv,
+// --report and --json do.
+TEST(SweepCommand, TheFrontIsComputedWhereItIsShown) {
+  const std::vector<std::string> args = {"sweep", "--model",     "tiny",     "--gpus",
+                                         "4",     "--recompute", "none,full"};
+  const CommandResult text = run_shardplan(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("Pareto front (peak memory vs step time): not computed"));
+  std::vector<std::string> with = args;
+  with.push_back("--pareto");
+  const CommandResult front = run_shardplan(with);
+  ASSERT_EQ(front.exit_code, 0) << front.err;
+  EXPECT_THAT(front.out, ::testing::ContainsRegex(
+                             "Pareto front \\(peak memory vs step time\\): [0-9]+ points"));
+  EXPECT_FALSE(
+      sweep_json({"--model", "tiny", "--gpus", "4", "--recompute", "none,full"})["pareto"].empty());
+}
+
 TEST(SweepCommand, TextTableCsvAndReport) {
   const std::string csv = write_temp_file("sweep.csv", "");
   const std::string html = write_temp_file("sweep.html", "");

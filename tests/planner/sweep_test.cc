@@ -251,6 +251,28 @@ TEST(Sweep, StepBoundPruningKeepsTheTopAndTheFront) {
   }
 }
 
+// Without the front, the step bound prunes once the fastest `keep` are found: fewer
+// simulations, the same top `keep`, and no point claims to be on a front nobody computed.
+TEST(Sweep, WithoutTheFrontTheTopIsKeptWithFewerSimulations) {
+  MeshFixture f;
+  const auto configs = enumerate_configs(f.mesh_space(), f.base, f.cluster.num_gpus);
+  const SweepResult front = sweep_configs(
+      f.model, f.cluster, configs, f.evaluate,
+      {.memory_cap = INT64_MAX, .threads = 2, .step_lower_bound = f.bound, .keep = 5});
+  const SweepResult top = sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                                        {.memory_cap = INT64_MAX,
+                                         .threads = 2,
+                                         .step_lower_bound = f.bound,
+                                         .keep = 5,
+                                         .pareto = false});
+  EXPECT_TRUE(front.pareto);
+  EXPECT_FALSE(top.pareto);
+  EXPECT_LT(top.evaluated, front.evaluated);
+  ASSERT_GE(top.ranking.size(), 5u);
+  for (std::size_t k = 0; k < 5; ++k) EXPECT_EQ(top.ranking[k], front.ranking[k]) << k;
+  for (const SweepPoint& p : top.points) EXPECT_FALSE(p.pareto);
+}
+
 // Neither the thread count nor how a batch is spread (here: simulated last to first, as
 // another process would) changes which configurations are simulated or the result.
 TEST(Sweep, StepBoundPruningDependsOnNeitherThreadsNorBatchSpreading) {
