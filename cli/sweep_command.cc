@@ -92,8 +92,7 @@ std::string csv_text(const SweepResult& r) {
   std::string out =
       "index,label,sharding_strategy,tp,cp,dp_shard,dp_outer,outer_strategy,bucket_bytes,"
       "prefetch,recompute,micro_batch,grad_accum,fp8,fp8_param_gather,double_buffer,allocator,"
-      "state,"
-      "step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto,"
+      "state,step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto,"
       "memory_lower_bound_bytes,step_lower_bound_seconds\n";
   for (std::size_t i = 0; i < r.points.size(); ++i) {
     const SweepPoint& p = r.points[i];

@@ -126,4 +126,10 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
   });
 }
 
+double comm_bytes(const Module& module, const ModuleComm& comm, const BatchShape& shape) {
+  const int64_t element_bytes = comm.fp8_gemm_input && shape.fp8 ? 1 : shape.activation_bytes;
+  return comm.per_token.bytes(element_bytes) * static_cast<double>(shape.tokens()) *
+         module.cost.token_fraction;
+}
+
 }  // namespace shardplan

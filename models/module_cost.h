@@ -57,4 +57,9 @@ double model_training_flops(const Module& module, const BatchShape& shape);
 // its input; with selective, modules marked `selective_recompute` keep only their inputs.
 double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
 
+// Bytes one of `module`'s collectives moves on one micro-batch (nccl-tests' convention,
+// ModuleComm): GEMM inputs cross in 1-byte elements under FP8, the rest in the activation
+// dtype; scaled by the module's token share.
+double comm_bytes(const Module& module, const ModuleComm& comm, const BatchShape& shape);
+
 }  // namespace shardplan

@@ -137,9 +137,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   double tp_buffer = 0, cp_buffer = 0;
   for_each_module(model.root, [&](const Module& m) {
     for (const ModuleComm& comm : m.cost.comms) {
-      const double bytes =
-          comm_buffer_bytes(comm.kind, comm.per_token.bytes(shape.activation_bytes) *
-                                           static_cast<double>(shape.tokens()));
+      const double bytes = comm_buffer_bytes(comm.kind, comm_bytes(m, comm, shape));
       double& axis = comm.axis == MeshAxis::tp ? tp_buffer : cp_buffer;
       axis = std::max(axis, bytes);
     }

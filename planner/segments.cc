@@ -42,13 +42,11 @@ bool has_own_work(const Module& m) {
 }
 
 SegmentComm segment_comm(const Module& m, const ModuleComm& c, const BatchShape& shape) {
-  return SegmentComm{
-      .kind = c.kind,
-      .axis = c.axis,
-      .module = m.name,
-      .bytes = c.per_token.bytes(c.fp8_gemm_input && shape.fp8 ? 1 : shape.activation_bytes) *
-               static_cast<double>(shape.tokens()) * m.cost.token_fraction,
-      .count = c.count};
+  return SegmentComm{.kind = c.kind,
+                     .axis = c.axis,
+                     .module = m.name,
+                     .bytes = comm_bytes(m, c, shape),
+                     .count = c.count};
 }
 
 // The collectives of `module`'s subtree: forward ones in module order; backward ones in

@@ -102,8 +102,8 @@ struct SweepOptions {
   std::function<double(const FsdpConfig&)> step_lower_bound;
   int64_t keep = 10;
   // Mark the exact Pareto front of peak reserved vs step time. Keeping it exact under the
-  // step bound costs simulations (about 1.8× for llama3.1-405b's default space); without it
-  // the ranking is still exact and no point is marked.
+  // step bound costs simulations (measured: 966 against 546 for llama3.1-405b's default
+  // space on 1024 H100); without it the ranking is still exact and no point is marked.
   bool pareto = true;
   BatchEvaluator batch_evaluator;
   // Called after each configuration with (done, total); from worker threads, serialised.
