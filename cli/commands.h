@@ -78,6 +78,7 @@ struct SweepParams {
   std::vector<int64_t> prefetch;
   std::vector<std::string> recompute;
   std::vector<int64_t> micro_batch;
+  bool fp8 = false;                            // try FP8 beside the base precision
   std::optional<int64_t> global_batch;         // sequences per step
   std::optional<int64_t> global_batch_tokens;  // or tokens per step
   std::string mem_cap;                         // "70GiB"; empty = GPU memory less 5 %

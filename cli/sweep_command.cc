@@ -39,6 +39,7 @@ SearchSpace build_space(const SweepParams& p, const Job& job) {
   if (!p.prefetch.empty()) flags["prefetch"] = p.prefetch;
   if (!p.recompute.empty()) flags["recompute"] = p.recompute;
   if (!p.micro_batch.empty()) flags["micro_batch"] = p.micro_batch;
+  if (p.fp8) flags["fp8"] = {false, true};
   if (p.global_batch) flags["global_batch_sequences"] = *p.global_batch;
   if (p.global_batch_tokens) flags["global_batch_tokens"] = *p.global_batch_tokens;
   if (p.global_batch && p.global_batch_tokens)
@@ -354,6 +355,8 @@ Command add_sweep_command(CLI::App& app) {
   sweep->add_option("--prefetch", p.prefetch, "prefetch depths to try")->delimiter(',');
   sweep->add_option("--recompute", p.recompute, "recompute modes to try")->delimiter(',');
   sweep->add_option("--micro-batch", p.micro_batch, "micro-batch sizes to try")->delimiter(',');
+  sweep->add_flag("--fp8", p.fp8,
+                  "try FP8 GEMMs too (FP8 weight gathers under ZeRO-3); changes numerics");
   sweep->add_option("--global-batch", p.global_batch, "sequences per step, all GPUs")
       ->check(positive_whole_number());
   sweep->add_option("--global-batch-tokens", p.global_batch_tokens, "tokens per step, all GPUs")

@@ -113,8 +113,9 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
   s.recompute = {Recompute::none, Recompute::selective, Recompute::full};
   s.micro_batches = {1, 2, 4};
   s.global_batch_sequences = 4 * cluster.num_gpus;
-  s.fp8 = {false};
-  if (cluster.gpu.fp8_dense_flops > 0) s.fp8.push_back(true);
+  // FP8 changes the numerics: the sweep tries it only when asked (the base config's fp8,
+  // `--fp8` or the space file), never as a silent speed-up.
+  s.fp8 = {fp8_compute(base)};
   s.double_buffer = {false};
   s.allocators = {Allocator::caching};
   return s;

@@ -29,7 +29,7 @@ struct SearchSpace {
   std::vector<Recompute> recompute;
   std::vector<int64_t> micro_batches;  // sequences per micro-batch (must divide the batch)
   int64_t global_batch_sequences = 0;  // per optimizer step, over every GPU
-  // FP8 GEMMs, with FP8 weight gathers under ZeRO-3; true is skipped on GPUs without FP8.
+  // FP8 GEMMs, with FP8 weight gathers under ZeRO-3; true is invalid on GPUs without FP8.
   std::vector<bool> fp8;
   std::vector<bool> double_buffer;
   std::vector<Allocator> allocators;
@@ -40,8 +40,8 @@ struct SearchSpace {
 // and cp of the base config for explicit models); ZeRO-1/2/3 (no_shard only for models
 // under 2 B parameters), every power-of-two dp_outer with both outer strategies, the
 // base bucket, prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a
-// global batch of 4 sequences per GPU, FP8 gather on GPUs that have it, the caching
-// allocator.
+// global batch of 4 sequences per GPU, the base config's precision (FP8 only when it asks
+// for it), the caching allocator.
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base);
 

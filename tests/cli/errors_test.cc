@@ -455,7 +455,7 @@ std::vector<ErrorCase> error_cases() {
   cases.push_back({"sweep_every_configuration_invalid",
                    {"sweep", "--model", "tiny", "--prefetch", "9223372036854775807"},
                    "sweep",
-                   {"all 3024 configurations are invalid", "): /forward_prefetch",
+                   {"all 1512 configurations are invalid", "): /forward_prefetch",
                     "must be in [0, 1048576], got 9223372036854775807"}});
   cases.push_back({"sweep_mem_cap_below_a_byte",
                    {"sweep", "--model", "tiny", "--mem-cap", "0.000001"},

@@ -107,6 +107,25 @@ TEST(SweepCommand, TextTableCsvAndReport) {
   EXPECT_THAT(page, HasSubstr("Pareto"));
 }
 
+// FP8 is tried only when asked for: without --fp8 no point runs it, with it both
+// precisions are ranked (the tiny model on an H100 node).
+TEST(SweepCommand, Fp8OnlyWhenAsked) {
+  auto fp8_points = [](const nlohmann::json& j) {
+    int64_t with = 0, without = 0;
+    for (const auto& p : j["points"]) {
+      if (p["state"] == "invalid") continue;
+      (p["label"].get<std::string>().find(" fp8") != std::string::npos ? with : without) += 1;
+    }
+    return std::pair{with, without};
+  };
+  const auto plain = fp8_points(sweep_json({"--model", "tiny", "--gpus", "4"}));
+  EXPECT_EQ(plain.first, 0);
+  EXPECT_GT(plain.second, 0);
+  const auto asked = fp8_points(sweep_json({"--model", "tiny", "--gpus", "4", "--fp8"}));
+  EXPECT_GT(asked.first, 0);
+  EXPECT_EQ(asked.second, plain.second);
+}
+
 // Under mpirun the ranks split each batch of simulations; rank 0 alone reports, and what
 // it reports is what one process finds (the time taken aside).
 TEST(SweepCommand, UnderMpirunRankZeroReportsWhatOneProcessFinds) {

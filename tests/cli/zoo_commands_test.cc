@@ -120,10 +120,12 @@ TEST(ModelsCommandTest, TinyParameterCountIsExact) {
   EXPECT_EQ(model.at("parameters").get<int64_t>(), static_cast<int64_t>(tiny_parameters()));
 }
 
-TEST(ModelsCommandTest, ListsExactlyTheSevenZooModelsWithTheirFamilies) {
+TEST(ModelsCommandTest, ListsExactlyTheNineZooModelsWithTheirFamilies) {
   const std::map<std::string, std::string> expected = {
-      {"gpt3-175b", "transformer"},  {"llama2-7b", "transformer"}, {"llama3.1-405b", "transformer"},
-      {"llama3-70b", "transformer"}, {"llama3-8b", "transformer"}, {"mixtral-8x7b", "moe"},
+      {"gpt3-175b", "transformer"},     {"llama2-7b", "transformer"},
+      {"llama2-13b", "transformer"},    {"llama2-70b", "transformer"},
+      {"llama3.1-405b", "transformer"}, {"llama3-70b", "transformer"},
+      {"llama3-8b", "transformer"},     {"mixtral-8x7b", "moe"},
       {"tiny", "transformer"}};
   std::map<std::string, std::string> listed;
   for (const nlohmann::json& m : models_json().at("models")) {

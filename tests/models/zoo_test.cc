@@ -28,6 +28,10 @@ TEST_P(PublishedCount, WithinHalfAPercent) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, PublishedCount,
                          ::testing::Values(Published{"llama2-7b", 6.74e9, 0},
+                                           // Hugging Face safetensors totals: 13,015,864,320
+                                           // and 68,976,648,192.
+                                           Published{"llama2-13b", 13.016e9, 0},
+                                           Published{"llama2-70b", 68.977e9, 0},
                                            Published{"llama3-8b", 8.03e9, 0},
                                            Published{"llama3-70b", 70.55e9, 0},
                                            Published{"llama3.1-405b", 405.85e9, 0},
@@ -52,7 +56,7 @@ TEST(Zoo, TinyCountWorkedByHand) {
 
 TEST(Zoo, EveryEntryLoadsAndNamesItsSource) {
   const auto names = model_zoo_names();
-  ASSERT_EQ(names.size(), 7u);
+  ASSERT_EQ(names.size(), 9u);
   for (const std::string& name : names) {
     const ModelSpec model = load_model(name);
     EXPECT_EQ(model.name, name) << "the file stem and the name field must agree";

@@ -328,6 +328,12 @@ TEST(Sweep, DefaultSpaceSpansTheMeshAndHoldsTheGlobalBatch) {
   EXPECT_EQ(c.dp_shard, 32);
   EXPECT_EQ(describe_config(c), "zero3 32×2(optim) tp8 cp2 pf1 full mb2×ga32");
 
+  // FP8 changes the numerics: only a base that asks for it brings it into the space.
+  EXPECT_EQ(s.fp8, (std::vector<bool>{false}));
+  FsdpConfig fp8_base;
+  fp8_base.fp8 = true;
+  EXPECT_EQ(default_search_space(big, cluster, fp8_base).fp8, (std::vector<bool>{true}));
+
   const ModelSpec explicit_model =
       load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json");
   const SearchSpace e = default_search_space(explicit_model, cluster, base);

@@ -1,0 +1,157 @@
+// docs/fidelity.md is generated from docs/fidelity/runs.json: the test fails when the
+// committed table no longer says what the simulator predicts, so the table stays true.
+#include "simulator/fidelity.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "models/atomic_file.h"
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+const std::string kRunsFile = "docs/fidelity/runs.json";
+
+std::string source_path(const std::string& relative) {
+  return std::string(SHARDPLAN_SOURCE_DIR) + "/" + relative;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string write_runs(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Fidelity, TheCommittedTableIsWhatTheSimulatorPredicts) {
+  const std::vector<PublishedRun> runs = load_published_runs(source_path(kRunsFile));
+  const std::string generated = fidelity_markdown(evaluate_published_runs(runs), kRunsFile);
+  const std::string doc = source_path("docs/fidelity.md");
+  if (std::getenv("SHARDPLAN_WRITE_FIDELITY") != nullptr) write_file_atomically(doc, generated);
+  EXPECT_EQ(read_text(doc), generated)
+      << "docs/fidelity.md is stale: regenerate with SHARDPLAN_WRITE_FIDELITY=1 ctest -R "
+         "Fidelity and review the change in errors";
+}
+
+// The issue's breadth: at least ten runs on at least three GPU types, each with a source.
+TEST(Fidelity, TheRunsSpanTenRunsAndThreeGpuTypes) {
+  const std::vector<PublishedRun> runs = load_published_runs(source_path(kRunsFile));
+  EXPECT_GE(runs.size(), 10u);
+  std::set<std::string> gpus;
+  for (const PublishedRun& r : runs) {
+    gpus.insert(r.gpu);
+    EXPECT_FALSE(r.source.empty()) << r.id;
+  }
+  EXPECT_GE(gpus.size(), 3u);
+}
+
+// Worked by hand: errors +10 %, −30 %, +20 % → |errors| 0.1, 0.2, 0.3: median 0.2, worst
+// −0.3; an even count averages the middle two.
+TEST(Fidelity, MedianAndWorstByHand) {
+  PublishedRun run;
+  auto row = [&](double error, std::optional<double> memory) {
+    FidelityRow r;
+    r.run = &run;
+    r.tokens_error = error;
+    r.memory_error = memory;
+    return r;
+  };
+  const std::vector<FidelityRow> rows = {row(0.1, 0.05), row(-0.3, std::nullopt), row(0.2, -0.15)};
+  const ErrorStats t = tokens_error_stats(rows);
+  EXPECT_EQ(t.count, 3);
+  EXPECT_DOUBLE_EQ(t.median_abs, 0.2);
+  EXPECT_DOUBLE_EQ(t.worst, -0.3);
+  const ErrorStats m = memory_error_stats(rows);
+  EXPECT_EQ(m.count, 2);
+  EXPECT_DOUBLE_EQ(m.median_abs, 0.1);
+  EXPECT_DOUBLE_EQ(m.worst, -0.15);
+  EXPECT_EQ(tokens_error_stats({}).count, 0);
+}
+
+// A run simulated through the file gives what the same job gives directly.
+TEST(Fidelity, ARowIsTheSimulationOfItsConfig) {
+  const std::string path = write_runs("fidelity_one.json", R"({"version": 1, "runs": [
+    {"id": "a", "source": "hand", "stack": "megatron-te", "gpu": "H100", "model": "tiny",
+     "cluster": "dgx-h100", "gpus": 8, "config": {"seq_len": 512, "grad_accum": 2},
+     "measured": {"tokens_per_second_per_gpu": 1000, "memory_gib": 2,
+                  "memory_kind": "allocated"}}]})");
+  const std::vector<PublishedRun> runs = load_published_runs(path);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].config.seq_len, 512);
+  EXPECT_EQ(runs[0].config.grad_accum, 2);
+  EXPECT_EQ(runs[0].cluster.num_gpus, 8);
+  const std::vector<FidelityRow> rows = evaluate_published_runs(runs);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].predicted_tokens_per_second_per_gpu, 0);
+  EXPECT_DOUBLE_EQ(rows[0].tokens_error, rows[0].predicted_tokens_per_second_per_gpu / 1000 - 1);
+  ASSERT_TRUE(rows[0].memory_error);
+  EXPECT_DOUBLE_EQ(*rows[0].memory_error, rows[0].predicted_memory_gib / 2 - 1);
+  const std::string md = fidelity_markdown(rows, "runs.json");
+  EXPECT_NE(md.find("| `a` |"), std::string::npos);
+  EXPECT_NE(md.find("(allocated)"), std::string::npos);
+}
+
+TEST(Fidelity, RunsFileErrorsNameTheField) {
+  const std::string good_run =
+      R"("id": "a", "source": "s", "stack": "x", "gpu": "H100", "model": "tiny", )"
+      R"("cluster": "dgx-h100", "gpus": 8, "measured": {"tokens_per_second_per_gpu": 1})";
+  struct Case {
+    std::string text, field, reason;
+  };
+  const std::vector<Case> cases = {
+      {R"({"version": 2, "runs": []})", "/version", "must be 1"},
+      {R"({"version": 1, "runs": []})", "/runs", "at least one run"},
+      {R"({"version": 1, "runs": [{)" + good_run + R"(, "gpuz": 1}]})", "/runs/0/gpuz", "unknown"},
+      {R"({"version": 1, "runs": [{)" + good_run + "}, {" + good_run + "}]}", "/runs/1/id",
+       "repeats"},
+      {R"({"version": 1, "runs": [{"id": "a", "source": "s", "stack": "x", "gpu": "g",
+          "model": "llama9", "cluster": "dgx-h100", "gpus": 8,
+          "measured": {"tokens_per_second_per_gpu": 1}}]})",
+       "/runs/0/model", "llama9"},
+      {R"({"version": 1, "runs": [{"id": "a", "source": "s", "stack": "x", "gpu": "g",
+          "model": "tiny", "cluster": "dgx-h100", "gpus": 12,
+          "measured": {"tokens_per_second_per_gpu": 1}}]})",
+       "/runs/0/cluster", "whole nodes"},
+      {R"({"version": 1, "runs": [{"id": "a", "source": "s", "stack": "x", "gpu": "g",
+          "model": "tiny", "cluster": "dgx-h100", "gpus": 8,
+          "measured": {"tokens_per_second_per_gpu": 0}}]})",
+       "/runs/0/measured/tokens_per_second_per_gpu", ""},
+      {R"({"version": 1, "runs": [{)" + good_run + R"(, "config": {"tp": 16}}]})", "/tp",
+       "does not divide"},
+      {R"({"version": 1, "runs": [{"id": "a", "source": "s", "stack": "x", "gpu": "g",
+          "model": "tiny", "cluster": "dgx-h100", "gpus": 8,
+          "measured": {"tokens_per_second_per_gpu": 1, "memory_kind": "reserved"}}]})",
+       "/runs/0/measured/memory_kind", "without memory_gib"},
+      {R"({"version": 1, "runs": [{"id": "a", "source": "s", "stack": "x", "gpu": "g",
+          "model": "tiny", "cluster": "dgx-h100", "gpus": 8,
+          "measured": {"tokens_per_second_per_gpu": 1, "memory_gib": 3,
+                       "memory_kind": "peak"}}]})",
+       "/runs/0/measured/memory_kind", "reserved"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = write_runs("fidelity_bad.json", c.text);
+    try {
+      load_published_runs(path);
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(e.field().find(c.field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.reason), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
