@@ -47,8 +47,8 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
       "\nMemory per GPU — {} GPUs of {} ({} node{}), {}, dp_shard {} × dp_outer {}, "
       "recompute {}, micro_batch {} × seq_len {}:\n",
       e.num_gpus, cluster.name, cluster.nodes(), cluster.nodes() == 1 ? "" : "s",
-      sharding_strategy_name(c.sharding_strategy), e.dp_shard, e.dp_outer,
-      recompute_name(c.recompute), c.micro_batch, c.seq_len);
+      sharding_strategy_name(c.sharding_strategy), e.dp_shard, e.dp_outer, recompute_label(c),
+      c.micro_batch, c.seq_len);
   std::vector<std::vector<std::string>> rows = {
       {"model weights", format_bytes(e.model_weights), "persistent"},
       {"main weights", format_bytes(e.main_weights), "persistent"},

@@ -45,8 +45,8 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
       plan.model, plan.num_gpus, plan.cluster, sharding_strategy_name(c.sharding_strategy),
       c.dp_shard, c.dp_outer,
       c.dp_outer > 1 ? fmt::format(" (outer {})", outer_strategy_name(c.outer_strategy)) : "",
-      c.forward_prefetch, c.backward_prefetch, recompute_name(c.recompute), c.micro_batch,
-      c.seq_len, c.grad_accum);
+      c.forward_prefetch, c.backward_prefetch, recompute_label(c), c.micro_batch, c.seq_len,
+      c.grad_accum);
   out << fmt::format("{} units, {} parameter groups, {} ops, {} buffers\n\n", plan.units.size(),
                      plan.groups.size(), plan.ops.size(), plan.buffers.size());
   std::vector<std::vector<std::string>> rows = {

@@ -104,8 +104,8 @@ std::string csv_text(const SweepResult& r) {
         describe_config(c), sharding_strategy_name(c.sharding_strategy), c.tp, c.cp, c.dp_shard,
         c.dp_outer, outer_strategy_name(c.outer_strategy),
         c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
-        recompute_name(c.recompute), c.micro_batch, c.grad_accum, fp8_compute(c),
-        c.fp8_param_gather, c.double_buffer, allocator_name(c.allocator),
+        recompute_label(c), c.micro_batch, c.grad_accum, fp8_compute(c), c.fp8_param_gather,
+        c.double_buffer, allocator_name(c.allocator),
         ok                              ? "evaluated"
         : p.state == PointState::pruned ? "pruned"
                                         : "invalid",

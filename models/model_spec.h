@@ -74,6 +74,9 @@ struct ModuleCost {
   Footprint saved_per_token_ctx;         // × seq_len (attention probabilities without flash)
   bool selective_recompute = false;      // re-run under recompute: selective
   Footprint selective_kept_per_token;    // what stays saved when re-run selectively
+  bool sac_op_recompute = false;         // re-run under sac_op (an even-numbered matmul)
+  Footprint sac_op_kept_per_token;       // what stays saved under sac_op (0 outside a layer)
+  Footprint output_per_token;            // a matmul's output (sac_op keeps the odd ones')
   Footprint input_per_token;             // activation entering the module (full recompute keeps it)
   double token_fraction = 1.0;           // share of tokens this module sees (MoE expert: k/E)
   std::vector<ModuleComm> comms;         // tensor- and context-parallel collectives

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "models/error.h"
@@ -13,8 +14,11 @@
 namespace shardplan {
 namespace {
 
-constexpr NameTable<Recompute, 3> kRecomputeNames = {
-    {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
+constexpr NameTable<Recompute, 5> kRecomputeNames = {{{Recompute::none, "none"},
+                                                      {Recompute::selective, "selective"},
+                                                      {Recompute::full, "full"},
+                                                      {Recompute::sac_op, "sac_op"},
+                                                      {Recompute::sac_layer, "sac_layer"}}};
 
 // A module's effective token share: its own when it states one, else its parent's.
 double share(const Module& module, double parent_share) {
@@ -43,6 +47,10 @@ double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_d
 
 std::string_view recompute_name(Recompute recompute) {
   return name_of(kRecomputeNames, recompute);
+}
+
+bool recomputes_whole_modules(Recompute recompute) {
+  return recompute == Recompute::full || recompute == Recompute::sac_layer;
 }
 
 Recompute parse_recompute(std::string_view text, const std::string& file,
@@ -96,10 +104,12 @@ std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& sha
   return out;
 }
 
-double selective_recompute_flops(const Module& module, const BatchShape& shape) {
+double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute) {
+  if (recompute != Recompute::selective && recompute != Recompute::sac_op) return 0.0;
   return sum_tree(module, 1.0, [&](const Module& m, double s) {
-    return m.cost.selective_recompute ? own_forward_flops(m, shape, true) * tokens_of(shape) * s
-                                      : 0.0;
+    const bool rerun =
+        recompute == Recompute::selective ? m.cost.selective_recompute : m.cost.sac_op_recompute;
+    return rerun ? own_forward_flops(m, shape, true) * tokens_of(shape) * s : 0.0;
   });
 }
 
@@ -110,12 +120,18 @@ double model_training_flops(const Module& module, const BatchShape& shape) {
 }
 
 double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute) {
+  if (recompute == Recompute::sac_layer) {
+    throw std::logic_error("saved_activation_bytes: sac_layer is full or none per layer");
+  }
   const double tokens = tokens_of(shape);
   if (recompute == Recompute::full) {
     return module.cost.input_per_token.bytes(shape.activation_bytes) * tokens *
            module.cost.token_fraction;
   }
   return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    if (recompute == Recompute::sac_op) {
+      return m.cost.sac_op_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
+    }
     if (recompute == Recompute::selective && m.cost.selective_recompute) {
       return m.cost.selective_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
     }

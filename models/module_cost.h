@@ -9,11 +9,18 @@
 
 namespace shardplan {
 
-// Activation recomputation (Korthikanti et al. 2022): none; selective re-runs the core
-// attention in backward; full keeps only each checkpointed module's input.
-enum class Recompute { none, selective, full };
+// Activation recomputation: none; selective re-runs the core attention in backward
+// (Korthikanti et al. 2022, Megatron's --recompute-granularity selective); full keeps only
+// each checkpointed module's input. torchtitan's policies (torchtitan/distributed/
+// activation_checkpoint.py): sac_op saves the outputs of attention and of every other
+// matmul of a layer, counted in forward order from its first, and re-runs the rest
+// (selective_ac_option "op"); sac_layer checkpoints every recompute_every-th layer whole
+// and keeps the others' activations (selective_ac_option "N").
+enum class Recompute { none, selective, full, sac_op, sac_layer };
 
 std::string_view recompute_name(Recompute recompute);
+// Whether `recompute` re-runs whole checkpointed modules (full, sac_layer).
+bool recomputes_whole_modules(Recompute recompute);
 Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
 // The shape of one micro-batch on one rank. Context parallelism splits each sequence over
@@ -46,15 +53,18 @@ struct GemmShape {
 // weight [out, in] (PyTorch layout) as (tokens × its token share, out, in).
 std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape);
 
-// Forward FLOPs of the modules re-run inside backward under selective recompute.
-double selective_recompute_flops(const Module& module, const BatchShape& shape);
+// Forward FLOPs of the modules re-run inside backward under selective or sac_op
+// recompute (0 under the others: whole modules re-run as their own forward).
+double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute);
 // Model FLOPs of one training pass in the PaLM/Megatron convention used for MFU: 3× the
 // forward, no causal discount, no recompute (PaLM, Chowdhery et al. 2022, App. B).
 double model_training_flops(const Module& module, const BatchShape& shape);
 
 // Bytes of activations `module` keeps from its forward until its backward, for one
 // micro-batch. With Recompute::full the module is one checkpointed region and keeps only
-// its input; with selective, modules marked `selective_recompute` keep only their inputs.
+// its input; with selective, modules marked `selective_recompute` keep only their inputs;
+// with sac_op every module keeps its `sac_op_kept_per_token` (a region the builder marked:
+// a decoder layer). sac_layer is decided per module by the caller (full or none).
 double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
 
 // Bytes one of `module`'s collectives moves on one micro-batch (nccl-tests' convention,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "models/error.h"
@@ -85,6 +86,8 @@ Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType
   m.cost.saved_per_token = saves_input ? elements(in_kept) : Footprint{};
   m.cost.saved_per_token += scaled(extra_saved, r.seq);
   m.cost.input_per_token = elements(in_kept);
+  // A row-parallel output is the partial sum over every token, before its reduction.
+  m.cost.output_per_token = elements(d(local_out) * token_share);
   return m;
 }
 
@@ -215,6 +218,8 @@ Module attention(const std::string& name, const TransformerArch& a, const Ranks&
   }
   core.cost.selective_recompute = true;
   core.cost.selective_kept_per_token = qkv;
+  // sac_op saves SDPA's outputs: the attention output and the fp32 log-sum-exp per head.
+  core.cost.sac_op_kept_per_token = elements_and_fixed(local_q, 4.0 * local_heads);
   core.cost.input_per_token = qkv;
   core.cost.comms = cp_comms(r, local_q, local_kv);
   m.children.push_back(std::move(core));
@@ -300,6 +305,30 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   return m;
 }
 
+// torchtitan's per-op selective checkpointing of one layer (_apply_op_sac: the policy
+// saves ops of _op_sac_save_list, "except every second mm", its counter restarting at
+// each layer): the layer keeps its input (the checkpoint's), the matmuls numbered 1, 3,
+// 5, ... in forward order keep their outputs, the others re-run in backward; attention
+// keeps its outputs (core attention sets them); with sequence parallelism the two
+// reduce-scatter outputs are saved too (reduce_scatter_tensor is on the list).
+void mark_sac_op(Module& layer, const Ranks& r) {
+  int64_t matmuls = 0;
+  std::function<void(Module&)> visit = [&](Module& m) {
+    if (m.cost.kind == ComputeKind::gemm && !m.parameters.empty()) {
+      matmuls += 1;
+      if (matmuls % 2 == 1) {
+        m.cost.sac_op_kept_per_token = m.cost.output_per_token;
+      } else {
+        m.cost.sac_op_recompute = true;
+      }
+    }
+    for (Module& child : m.children) visit(child);
+  };
+  visit(layer);
+  const double h = layer.cost.input_per_token.elements;
+  layer.cost.sac_op_kept_per_token = elements(r.tp > 1 && r.sequence_parallel ? 3.0 * h : h);
+}
+
 Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   const std::string name = fmt::format("layers.{}", index);
   const bool is_moe = a.num_experts > 0 && a.moe_layers[static_cast<std::size_t>(index)];
@@ -315,6 +344,7 @@ Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   }
   // Full recompute keeps only the layer's input hidden state (its sequence-parallel shard).
   layer.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
+  mark_sac_op(layer, r);
   return layer;
 }
 

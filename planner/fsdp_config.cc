@@ -57,6 +57,13 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 
 }  // namespace
 
+std::string recompute_label(const FsdpConfig& config) {
+  if (config.recompute == Recompute::sac_layer) {
+    return fmt::format("sac_layer/{}", config.recompute_every);
+  }
+  return std::string(recompute_name(config.recompute));
+}
+
 bool fp8_compute(const FsdpConfig& config) {
   return config.fp8.value_or(config.fp8_param_gather);
 }
@@ -124,6 +131,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "async_reduce",
                                                 "max_live_grad_buffers",
                                                 "recompute",
+                                                "recompute_every",
                                                 "micro_batch",
                                                 "grad_accum",
                                                 "seq_len",
@@ -162,6 +170,7 @@ constexpr FieldRange kRanges[] = {
     {"forward_prefetch", &FsdpConfig::forward_prefetch, 0, kMaxDepth},
     {"backward_prefetch", &FsdpConfig::backward_prefetch, 0, kMaxDepth},
     {"max_live_grad_buffers", &FsdpConfig::max_live_grad_buffers, 1, kMaxDepth},
+    {"recompute_every", &FsdpConfig::recompute_every, 1, kMaxDepth},
     {"micro_batch", &FsdpConfig::micro_batch, 1, limits::kMaxTokensPerMicroBatch},
     {"grad_accum", &FsdpConfig::grad_accum, 1, limits::kMaxGradAccum},
     {"seq_len", &FsdpConfig::seq_len, 1, limits::kMaxTokensPerMicroBatch},
@@ -287,6 +296,13 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (r.has("recompute")) {
     c.recompute = parse_recompute(r.string("recompute"), r.file(), r.path_of("recompute"));
   }
+  if (r.has("recompute_every")) {
+    if (c.recompute != Recompute::sac_layer) {
+      r.fail("recompute_every",
+             "counts the layers sac_layer checkpoints; set recompute: sac_layer");
+    }
+    c.recompute_every = r.integer_in("recompute_every", 1, kMaxDepth);
+  }
   c.micro_batch = r.integer_in_or("micro_batch", 1, limits::kMaxTokensPerMicroBatch, c.micro_batch);
   c.grad_accum = r.integer_in_or("grad_accum", 1, limits::kMaxGradAccum, c.grad_accum);
   c.seq_len = r.integer_in_or("seq_len", 1, limits::kMaxTokensPerMicroBatch, c.seq_len);
@@ -343,6 +359,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["async_reduce"] = c.async_reduce;
   j["max_live_grad_buffers"] = c.max_live_grad_buffers;
   j["recompute"] = recompute_name(c.recompute);
+  if (c.recompute == Recompute::sac_layer) j["recompute_every"] = c.recompute_every;
   j["micro_batch"] = c.micro_batch;
   j["grad_accum"] = c.grad_accum;
   j["seq_len"] = c.seq_len;
@@ -460,6 +477,13 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
       cluster.name);
   // Each factor is at most kMaxGpus (2^20), so the products below stay far from overflow
   // once each partial product is checked against the GPU count.
+  if (c.recompute == Recompute::sac_op && model.arch == nullptr) {
+    throw InputError(
+        label, "/recompute",
+        fmt::format("sac_op counts the matmuls of each decoder layer; {} is an explicit "
+                    "model without layers shardplan builds: use selective or full",
+                    model.name));
+  }
   const int64_t model_ranks = c.tp * c.cp;
   if (model_ranks > gpus || gpus % model_ranks != 0) {
     throw InputError(label, c.cp > 1 ? "/cp" : "/tp",

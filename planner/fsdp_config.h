@@ -51,9 +51,10 @@ struct FsdpConfig {
   bool async_reduce = true;               // reduce-scatters on their own stream
   int64_t max_live_grad_buffers = 2;      // sliding drain of unreduced gradients
   Recompute recompute = Recompute::none;
-  int64_t micro_batch = 1;  // sequences per micro-batch
-  int64_t grad_accum = 1;   // micro-batches per optimizer step
-  int64_t seq_len = 8192;   // tokens per sequence
+  int64_t recompute_every = 2;  // sac_layer: checkpoint layers N, 2N, ... (torchtitan's "2")
+  int64_t micro_batch = 1;      // sequences per micro-batch
+  int64_t grad_accum = 1;       // micro-batches per optimizer step
+  int64_t seq_len = 8192;       // tokens per sequence
   DType param_dtype = DType::bf16;
   DType main_param_dtype = DType::fp32;
   DType main_grad_dtype = DType::bf16;
@@ -74,6 +75,8 @@ struct FsdpConfig {
 bool sequence_parallel(const FsdpConfig& config);
 // Whether GEMMs run in FP8: as set, else with fp8_param_gather.
 bool fp8_compute(const FsdpConfig& config);
+// The recompute mode for tables: its name, "sac_layer/N" with the layer stride.
+std::string recompute_label(const FsdpConfig& config);
 // The tensor and context parallelism one rank of the config's mesh runs.
 ModelParallel model_parallel(const FsdpConfig& config);
 

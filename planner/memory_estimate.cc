@@ -118,19 +118,25 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   double in_units_none = 0;
   double in_units_kept = 0;
   double largest_recompute = 0;
+  int64_t layer_units_seen = 0;
   for (const FsdpUnit& u : units) {
     if (u.module == nullptr) continue;
     const double none = saved_activation_bytes(*u.module, shape, Recompute::none);
     in_units_none += none;
-    in_units_kept += saved_activation_bytes(*u.module, shape, c.recompute);
-    largest_recompute = std::max(largest_recompute, none);
+    Recompute mode = c.recompute;
+    if (mode == Recompute::sac_layer) {
+      layer_units_seen += 1;
+      mode = layer_units_seen % c.recompute_every == 0 ? Recompute::full : Recompute::none;
+    }
+    in_units_kept += saved_activation_bytes(*u.module, shape, mode);
+    if (mode == Recompute::full) largest_recompute = std::max(largest_recompute, none);
   }
 
   const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;
   e.activations = in_units_kept + outside;
   e.saved_activations = e.activations;
   // Full recompute re-creates one unit's activations inside its backward.
-  if (c.recompute == Recompute::full) e.activations += largest_recompute;
+  if (recomputes_whole_modules(c.recompute)) e.activations += largest_recompute;
 
   // The tensor- and context-parallel collectives' buffers: the largest of each axis, one
   // pass at a time (the schedule's one buffer per axis and pass).

@@ -141,12 +141,20 @@ StepTrace plan_step_trace(const ModelSpec& model, const FsdpConfig& c) {
   const std::vector<FsdpUnit> units = find_fsdp_units(model, c.unit_modules, "config");
   std::vector<std::string> names;
   std::vector<bool> checkpointed;
+  // sac_layer checkpoints the layers whose 1-based position is a multiple of
+  // recompute_every (torchtitan's _apply_layer_sac counter), the others not at all.
+  int64_t layer_units = 0;
   for (const TracedModule& t : traced_modules(model, units)) {
     names.push_back(t.module->name);
-    checkpointed.push_back(t.unit != 0);
+    bool layer = t.unit != 0;
+    if (layer && c.recompute == Recompute::sac_layer) {
+      layer_units += 1;
+      layer = layer_units % c.recompute_every == 0;
+    }
+    checkpointed.push_back(layer);
   }
   return generate_step_trace(model, std::move(names), std::move(checkpointed), c.grad_accum,
-                             c.recompute);
+                             c.recompute == Recompute::sac_layer ? Recompute::full : c.recompute);
 }
 
 Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpConfig& c,

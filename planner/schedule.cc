@@ -426,7 +426,7 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
   } else {
     reads.insert(reads.end(), units_[u].weights.begin(), units_[u].weights.end());
   }
-  if (layer && c_.recompute == Recompute::full && seg.checkpointed) {
+  if (layer && recomputes_whole_modules(c_.recompute) && seg.checkpointed) {
     const int64_t recomputed = emit_.transient(
         BufferRole::recompute_activations, seg.unit, mb_, c_.param_dtype, seg.full_activation_bytes,
         fmt::format("recompute_activations {} mb{}", seg.label, mb_));

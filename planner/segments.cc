@@ -64,6 +64,8 @@ void add_comms(const Module& module, const BatchShape& shape, Recompute recomput
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Module& m = **it;
     const bool rerun = recompute == Recompute::selective && m.cost.selective_recompute;
+    // sac_op's re-run matmuls take their inputs from saved tensors; the tensor-parallel
+    // gathers torchtitan re-runs with them are not modelled (docs/model.md).
     for (const ModuleComm& c : m.cost.comms) {
       if (c.phase == CommPhase::forward && rerun) backward.push_back(segment_comm(m, c, shape));
     }
@@ -103,11 +105,12 @@ std::vector<TracedModule> traced_modules(const ModelSpec& model, const std::vect
   }
   const bool any_checkpointed = std::find(trace.checkpointed.begin(), trace.checkpointed.end(),
                                           true) != trace.checkpointed.end();
-  if (config.recompute == Recompute::full && !any_checkpointed) {
+  if (recomputes_whole_modules(config.recompute) && !any_checkpointed) {
     throw InputError(label, "/checkpointed",
-                     "the config asks for full recompute but no module of the step trace re-runs "
-                     "in backward; set recompute to none or selective, or trace a step that "
-                     "recomputes");
+                     fmt::format("the config asks for {} recompute but no module of the step trace "
+                                 "re-runs in backward; set recompute to none or selective, or "
+                                 "trace a step that recomputes",
+                                 recompute_name(config.recompute)));
   }
   const std::vector<TracedModule> derived = traced_modules(model, units);
   std::unordered_map<std::string, std::size_t> position;  // derived entry by name
@@ -189,11 +192,12 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.forward_attention_flops += forward_flops_of_kind(*t.module, shape, ComputeKind::attention);
     for (const GemmShape& g : forward_gemms(*t.module, shape)) s.gemms.push_back(g);
     s.backward_attention_flops += backward_flops_of_kind(*t.module, shape, ComputeKind::attention);
-    // Selective recompute re-runs the marked modules (core attention) inside backward.
-    if (recompute == Recompute::selective) {
-      const double rerun = selective_recompute_flops(*t.module, shape);
+    // Selective recompute re-runs the marked modules (core attention) inside backward,
+    // sac_op the even-numbered matmuls of each checkpointed layer.
+    if (recompute == Recompute::selective || (recompute == Recompute::sac_op && s.checkpointed)) {
+      const double rerun = recompute_flops(*t.module, shape, recompute);
       s.backward_flops += rerun;
-      s.backward_attention_flops += rerun;
+      if (recompute == Recompute::selective) s.backward_attention_flops += rerun;
     }
     double io_elements = 0;
     for_each_module(*t.module, [&](const Module& m) {
@@ -202,10 +206,11 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);
     const double none = saved_activation_bytes(*t.module, shape, Recompute::none);
     s.full_activation_bytes += none;
-    // Modules that are not checkpointed keep their activations under full recompute;
-    // selective applies everywhere.
-    const Recompute mode =
-        !s.checkpointed && recompute == Recompute::full ? Recompute::none : recompute;
+    // Modules that are not checkpointed keep their activations under full, sac_layer and
+    // sac_op recompute (torchtitan checkpoints the layers only); selective applies
+    // everywhere. A checkpointed module under sac_layer is recomputed whole.
+    Recompute mode = recompute == Recompute::sac_layer ? Recompute::full : recompute;
+    if (!s.checkpointed && mode != Recompute::selective) mode = Recompute::none;
     s.activation_bytes += saved_activation_bytes(*t.module, shape, mode);
     add_comms(*t.module, shape, recompute, s);
   }

@@ -315,8 +315,8 @@ std::string describe_config(const FsdpConfig& c) {
     text += fmt::format(" cp{}", c.cp);
     if (c.cp_comm != CpComm::p2p) text += fmt::format("({})", cp_comm_name(c.cp_comm));
   }
-  text += fmt::format(" pf{} {} mb{}×ga{}", c.forward_prefetch, recompute_name(c.recompute),
-                      c.micro_batch, c.grad_accum);
+  text += fmt::format(" pf{} {} mb{}×ga{}", c.forward_prefetch, recompute_label(c), c.micro_batch,
+                      c.grad_accum);
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
   if (fp8_compute(c)) text += " fp8";
   if (c.double_buffer) text += " dbuf";

@@ -251,7 +251,7 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
       "<p>{}, dp_shard {} × dp_outer {}, prefetch {}/{}, recompute {}, micro_batch {} × "
       "seq_len {} × grad_accum {}, {} allocator.</p>\n",
       sharding_strategy_name(c.sharding_strategy), c.dp_shard, c.dp_outer, c.forward_prefetch,
-      c.backward_prefetch, recompute_name(c.recompute), c.micro_batch, c.seq_len, c.grad_accum,
+      c.backward_prefetch, recompute_label(c), c.micro_batch, c.seq_len, c.grad_accum,
       allocator_name(c.allocator));
   return html;
 }

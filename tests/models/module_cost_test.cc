@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/error.h"
+#include "models/parallel.h"
 #include "models/transformer_builder.h"
 #include "models/zoo.h"
 #include "tests/models/korthikanti_gpt.h"
@@ -153,8 +154,50 @@ TEST(Activations, MoeExpertsSeeTheirShareOfTokens) {
                    per_token * s);
 }
 
+// torchtitan's per-op policy on a Llama 3 8B layer, worked from its source
+// (torchtitan/distributed/activation_checkpoint.py: save _op_sac_save_list ops "except
+// every second mm", the counter restarting per layer). Matmuls in forward order: wq 1, wk
+// 2, wv 3, wo 4, w1 5, w3 6, w2 7. Kept per token: the layer input (h), wq's output (h),
+// wv's (kv), SDPA's output (h) and fp32 log-sum-exp (4 bytes per head), w1's (f), w2's
+// (h): 8h + 2kv + 2f + 4·heads bytes. Re-run in backward: wk, wo, w3: 2·(h·kv + h·h + h·f)
+// FLOPs per token.
+TEST(Recompute, SacOpKeepsWhatTorchtitansPolicySaves) {
+  const double h = 4096, kv = 1024, f = 14336, heads = 32, s = 8192;
+  const ModelSpec model = load_model("llama3-8b");
+  const Module* layer = find_module(model.root, "layers.3");
+  ASSERT_NE(layer, nullptr);
+  const BatchShape shape{.micro_batch = 1, .seq_len = 8192};
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::sac_op),
+                   (8 * h + 2 * kv + 2 * f + 4 * heads) * s);
+  EXPECT_DOUBLE_EQ(recompute_flops(*layer, shape, Recompute::sac_op),
+                   2.0 * (h * kv + h * h + h * f) * s);
+  // Less than Megatron's selective (which keeps every GEMM input), more than full.
+  EXPECT_LT(saved_activation_bytes(*layer, shape, Recompute::sac_op),
+            saved_activation_bytes(*layer, shape, Recompute::selective));
+  EXPECT_GT(saved_activation_bytes(*layer, shape, Recompute::sac_op),
+            saved_activation_bytes(*layer, shape, Recompute::full));
+  EXPECT_EQ(recompute_flops(*layer, shape, Recompute::full), 0.0);
+  EXPECT_EQ(recompute_flops(*layer, shape, Recompute::none), 0.0);
+}
+
+// The same under tp 2 with sequence parallelism: column-parallel outputs split by t, the
+// row-parallel w2 output is the partial sum over every token (h, before its
+// reduce-scatter), and the two reduce-scatter outputs are kept beside the input shard.
+TEST(Recompute, SacOpUnderTensorParallelism) {
+  const double h = 4096, kv = 1024, f = 14336, heads = 32, s = 8192, t = 2;
+  const ModelSpec whole = load_model("llama3-8b");
+  const ModelSpec rank = parallel_model(whole, {.tp = 2, .sequence_parallel = true});
+  const Module* layer = find_module(rank.root, "layers.0");
+  ASSERT_NE(layer, nullptr);
+  const BatchShape shape{.micro_batch = 1, .seq_len = 8192};
+  const double per_token = 2.0 * (3 * h / t + h / t + kv / t + h / t + f / t + h) + 4.0 * heads / t;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::sac_op), per_token * s);
+}
+
 TEST(Recompute, ParsesNamesAndRejectsOthers) {
   EXPECT_EQ(parse_recompute("full", "f", "/recompute"), Recompute::full);
+  EXPECT_EQ(parse_recompute("sac_op", "f", "/recompute"), Recompute::sac_op);
+  EXPECT_EQ(parse_recompute("sac_layer", "f", "/recompute"), Recompute::sac_layer);
   try {
     parse_recompute("ful", "cfg.json", "/recompute");
     FAIL();

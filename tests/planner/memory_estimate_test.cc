@@ -10,6 +10,7 @@
 #include "models/zoo.h"
 #include "planner/fsdp_config.h"
 #include "planner/internal/fsdp_units.h"
+#include "planner/plan_builder.h"
 
 namespace shardplan {
 namespace {
@@ -132,6 +133,75 @@ TEST(MemoryEstimate, RecomputeLowersActivations) {
   const BatchShape shape{.micro_batch = 1, .seq_len = 8192};
   const double one_layer = saved_activation_bytes(*layer, shape, Recompute::none);
   EXPECT_DOUBLE_EQ(none - full, 32 * one_layer - 32 * 2 * 4096 * tokens - one_layer);
+}
+
+// torchtitan's policies by hand. sac_layer with recompute_every 4 checkpoints layers 4, 8,
+// ..., 32 (1-based): 8 keep only their input, 24 keep everything, and one is re-created
+// in its backward. sac_op keeps 8h + 2kv + 2f + 4·heads bytes per token in each layer.
+// The plan's segments agree with the estimate: the same checkpointed layers, the same
+// saved bytes.
+TEST(MemoryEstimate, TorchtitanRecomputePoliciesByHand) {
+  const Job job = llama8b_on(1);
+  const double tokens = 8192, h = 4096, kv = 1024, f = 14336, heads = 32;
+  const Module* layer = find_module(job.model.root, "layers.0");
+  const BatchShape shape{.micro_batch = 1, .seq_len = 8192};
+  const double one_layer = saved_activation_bytes(*layer, shape, Recompute::none);
+  const double none = estimate(job, {{"recompute", "none"}}).activations;
+  const MemoryEstimate every4 = estimate(job, {{"recompute", "sac_layer"}, {"recompute_every", 4}});
+  EXPECT_DOUBLE_EQ(none - every4.activations, 8 * one_layer - 8 * 2 * h * tokens - one_layer);
+  const MemoryEstimate per_op = estimate(job, {{"recompute", "sac_op"}});
+  EXPECT_DOUBLE_EQ(none - per_op.activations,
+                   32 * one_layer - 32 * (8 * h + 2 * kv + 2 * f + 4 * heads) * tokens);
+
+  for (const nlohmann::json& config :
+       {nlohmann::json{{"recompute", "sac_layer"}, {"recompute_every", 4}},
+        nlohmann::json{{"recompute", "sac_op"}}}) {
+    const FsdpConfig c =
+        resolve_fsdp_config(fsdp_config_from_json(config, "cfg"), job.model, job.cluster, "cfg");
+    const Plan plan = build_plan(job.model, job.cluster, c);
+    double saved = 0;
+    std::vector<int64_t> checkpointed_layers;
+    for (const PlanSegment& seg : plan.segments) {
+      saved += seg.activation_bytes;
+      if (seg.checkpointed) checkpointed_layers.push_back(seg.unit);
+    }
+    EXPECT_DOUBLE_EQ(saved, estimate_memory(job.model, job.cluster, c).saved_activations)
+        << config.dump();
+    if (c.recompute == Recompute::sac_layer) {
+      EXPECT_EQ(checkpointed_layers, (std::vector<int64_t>{4, 8, 12, 16, 20, 24, 28, 32}));
+      int64_t recomputes = 0;
+      for (const PlanOp& op : plan.ops) recomputes += op.kind == OpKind::recompute ? 1 : 0;
+      EXPECT_EQ(recomputes, 8);
+    }
+  }
+}
+
+// recompute_every belongs to sac_layer; sac_op needs a model shardplan builds.
+TEST(MemoryEstimate, RecomputePolicyErrorsNameTheField) {
+  try {
+    fsdp_config_from_json({{"recompute", "full"}, {"recompute_every", 2}}, "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute_every");
+    EXPECT_NE(e.reason().find("sac_layer"), std::string::npos);
+  }
+  try {
+    fsdp_config_from_json({{"recompute", "sac_layer"}, {"recompute_every", 0}}, "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute_every");
+  }
+  const ModelSpec captured =
+      load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
+  try {
+    resolve_fsdp_config(fsdp_config_from_json({{"recompute", "sac_op"}}, "cfg"), captured, cluster,
+                        "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute");
+    EXPECT_NE(e.reason().find("explicit"), std::string::npos);
+  }
 }
 
 TEST(MemoryEstimate, TotalIsTheSumAndFitsIsTheSign) {
