@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "models/embedded_files.h"
@@ -28,11 +29,13 @@ constexpr double kMaxLatencySeconds = 1e-2;         // 10 ms; NCCL's hop latenci
 constexpr int64_t kMinHbmBytes = int64_t{1} << 30;  // 1 GiB
 constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;  // 16 TiB; B300 has 288 GB
 constexpr int64_t kMaxSms = 4096;                   // H100 has 132, B200 148
+constexpr double kMinWatts = 50;                    // below any datacenter GPU's minimum limit
+constexpr double kMaxWatts = 5000;                  // GB300 boards are 1400 W
 
 GpuSpec parse_gpu(const JsonReader& r) {
   r.expect_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                  "hbm_measured_bandwidth_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops",
-                 "sm_count"});
+                 "sm_count", "tdp_watts", "power_limit_watts"});
   GpuSpec gpu{
       .name = r.string("name"),
       .hbm_bytes = r.integer_in("hbm_bytes", kMinHbmBytes, kMaxHbmBytes),
@@ -47,6 +50,13 @@ GpuSpec parse_gpu(const JsonReader& r) {
   if (gpu.fp8_dense_flops > 0 && gpu.fp8_dense_flops < kMinFlops) {
     r.fail("fp8_dense_flops", fmt::format("must be 0 (no FP8) or in [{:g}, {:g}], got {:g}",
                                           kMinFlops, kMaxFlops, gpu.fp8_dense_flops));
+  }
+  if (r.has("tdp_watts")) gpu.tdp_watts = r.number_in("tdp_watts", kMinWatts, kMaxWatts);
+  if (r.has("power_limit_watts")) {
+    if (gpu.tdp_watts == 0) {
+      r.fail("power_limit_watts", "a power limit needs the GPU's tdp_watts to compare with");
+    }
+    gpu.power_limit_watts = r.number_in("power_limit_watts", kMinWatts, kMaxWatts);
   }
   return gpu;
 }
@@ -185,6 +195,13 @@ ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t>
     cluster.num_gpus = *gpus;
   }
   return cluster;
+}
+
+double power_limited_compute_share(const GpuSpec& gpu) {
+  if (gpu.tdp_watts <= 0 || gpu.power_limit_watts <= 0 || gpu.power_limit_watts >= gpu.tdp_watts) {
+    return 1.0;
+  }
+  return std::pow(gpu.power_limit_watts / gpu.tdp_watts, 0.48);
 }
 
 }  // namespace shardplan

@@ -19,7 +19,18 @@ struct GpuSpec {
   double bf16_dense_flops = 0;                    // FLOP/s
   double fp8_dense_flops = 0;                     // FLOP/s; 0 without FP8 tensor cores
   int64_t sm_count = 0;
+  double tdp_watts = 0;          // board power the datasheet peaks hold at; 0 = not given
+  double power_limit_watts = 0;  // the job's limit (nvidia-smi -pl); 0 = the TDP
 };
+
+// The share of its tensor-core throughput a GPU sustains under its power limit:
+// (limit / TDP)^0.48 below the TDP, 1 otherwise. The exponent is fitted to NVIDIA's
+// MLPerf Inference v4.0 DGX-H100 submissions run at full power and again capped per GPU,
+// nothing else changed (mlcommons/inference_results_v4.0, DGX-H100_H100-SXM-80GBx8_TRT vs
+// _TRT_MaxQ): bert-99.9 at 450 W 0.820, bert-99 at 400 W 0.766, dlrm-v2-99 at 450 W 0.806,
+// dlrm-v2-99.9 at 450 W 0.801 of the 700 W throughput (exponents 0.45, 0.48, 0.49, 0.50).
+// Memory-bound work is not scaled (docs/model.md "Cluster constants").
+double power_limited_compute_share(const GpuSpec& gpu);
 
 // One tier of the network, per GPU and per direction.
 struct LinkSpec {

@@ -20,11 +20,15 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
     case OpKind::backward:
     case OpKind::recompute: {
       const bool fp8 = fp8_compute(plan.config) && gpu.fp8_dense_flops > 0;
-      const double gemm_rate = fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
-                                   : gpu.bf16_dense_flops * e.gemm_efficiency;
+      // Tensor-core work slows with the clocks a power limit allows; memory-bound work is
+      // taken as unchanged.
+      const double share = power_limited_compute_share(gpu);
+      const double gemm_rate = share * (fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
+                                            : gpu.bf16_dense_flops * e.gemm_efficiency);
+      const double attention_rate = share * gpu.bf16_dense_flops * e.attention_efficiency;
       const double gemm = std::max(op.flops - op.attention_flops, 0.0);
       const double seconds =
-          gemm / gemm_rate + op.attention_flops / (gpu.bf16_dense_flops * e.attention_efficiency) +
+          gemm / gemm_rate + op.attention_flops / attention_rate +
           op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.elementwise_efficiency);
       return {.seconds = seconds};
     }

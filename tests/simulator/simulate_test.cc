@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -68,6 +69,22 @@ struct PlanMaker {
 
 constexpr double kF = 5e-3;     // one unit's forward
 constexpr double kBytes = 4e6;  // one unit's gathered weights: 2.0118 ms
+
+// A power limit slows the tensor-core work of a compute op by the cluster's share and
+// leaves its memory-bound part alone.
+TEST(Simulate, PowerLimitSlowsTensorCoreWorkOnly) {
+  PlanMaker m;
+  m.add({.stream = Stream::compute, .kind = OpKind::forward, .bytes = 1e9, .flops = 1e12}, {});
+  ClusterSpec c = toy_cluster();
+  const double full = op_cost(m.plan, m.plan.ops[0], c).seconds;
+  const double memory =
+      1e9 / (c.gpu.hbm_measured_bandwidth_bytes_per_s * c.compute.elementwise_efficiency);
+  c.gpu.tdp_watts = 700;
+  c.gpu.power_limit_watts = 350;
+  const double share = power_limited_compute_share(c.gpu);
+  EXPECT_NEAR(share, std::pow(0.5, 0.48), 1e-12);
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, (full - memory) / share + memory, 1e-15);
+}
 
 TEST(Simulate, CostsAreTheHandWorkedOnes) {
   PlanMaker m;
