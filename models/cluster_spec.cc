@@ -87,7 +87,8 @@ NcclSpec parse_nccl(const JsonReader& r) {
 // Optional: a file without it gets the defaults of ComputeSpec.
 ComputeSpec parse_compute(const JsonReader& r) {
   r.expect_only({"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
-                 "elementwise_efficiency", "optimizer_efficiency", "overlap_slowdown"});
+                 "sdpa_attention_efficiency", "elementwise_efficiency", "optimizer_efficiency",
+                 "overlap_slowdown"});
   const ComputeSpec d;
   auto fraction = [&](std::string_view key, double fallback) {
     const double v = r.number_or(key, fallback);
@@ -98,9 +99,11 @@ ComputeSpec parse_compute(const JsonReader& r) {
       .gemm_efficiency = fraction("gemm_efficiency", d.gemm_efficiency),
       .fp8_gemm_efficiency = fraction("fp8_gemm_efficiency", d.fp8_gemm_efficiency),
       .attention_efficiency = fraction("attention_efficiency", d.attention_efficiency),
+      .sdpa_attention_efficiency = 0,
       .elementwise_efficiency = fraction("elementwise_efficiency", d.elementwise_efficiency),
       .optimizer_efficiency = fraction("optimizer_efficiency", d.optimizer_efficiency),
       .overlap_slowdown = r.number_or("overlap_slowdown", d.overlap_slowdown)};
+  c.sdpa_attention_efficiency = fraction("sdpa_attention_efficiency", c.attention_efficiency);
   if (!(c.overlap_slowdown >= 0 && c.overlap_slowdown <= 4))
     r.fail("overlap_slowdown", fmt::format("must be in [0, 4], got {}", c.overlap_slowdown));
   return c;

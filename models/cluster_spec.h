@@ -56,6 +56,9 @@ struct ComputeSpec {
   double gemm_efficiency = 0.70;
   double fp8_gemm_efficiency = 0.65;  // of the FP8 peak (fp8_param_gather runs FP8 GEMMs)
   double attention_efficiency = 0.50;
+  // PyTorch's SDPA with its default backend on this GPU (the torch stacks); a cluster file
+  // without it uses attention_efficiency.
+  double sdpa_attention_efficiency = 0.50;
   double elementwise_efficiency = 0.80;
   double optimizer_efficiency = 0.80;
   double overlap_slowdown = 0.189;

@@ -65,21 +65,24 @@ struct ModuleComm {
 // also with the sequence length (core attention), so they grow as b·s².
 struct ModuleCost {
   ComputeKind kind = ComputeKind::none;
-  double fwd_flops_per_token = 0;        // matmuls: 2·m·n·k per token
-  double fwd_flops_per_token_ctx = 0;    // × seq_len; counted as if non-causal
-  bool causal = false;                   // causal masking: executed ctx FLOPs are halved
-  double bwd_flops_factor = 2.0;         // executed backward FLOPs ÷ forward FLOPs
-  double fwd_io_elements_per_token = 0;  // activation elements read + written (memory-bound work)
-  Footprint saved_per_token;             // saved for backward, recompute none
-  Footprint saved_per_token_ctx;         // × seq_len (attention probabilities without flash)
-  bool selective_recompute = false;      // re-run under recompute: selective
-  Footprint selective_kept_per_token;    // what stays saved when re-run selectively
-  bool sac_op_recompute = false;         // re-run under sac_op (an even-numbered matmul)
-  Footprint sac_op_kept_per_token;       // what stays saved under sac_op (0 outside a layer)
-  Footprint output_per_token;            // a matmul's output (sac_op keeps the odd ones')
-  Footprint input_per_token;             // activation entering the module (full recompute keeps it)
-  double token_fraction = 1.0;           // share of tokens this module sees (MoE expert: k/E)
-  std::vector<ModuleComm> comms;         // tensor- and context-parallel collectives
+  double fwd_flops_per_token = 0;         // matmuls: 2·m·n·k per token
+  double fwd_flops_per_token_ctx = 0;     // × seq_len; counted as if non-causal
+  bool causal = false;                    // causal masking: executed ctx FLOPs are halved
+  double bwd_flops_factor = 2.0;          // executed backward FLOPs ÷ forward FLOPs
+  double fwd_io_elements_per_token = 0;   // activation elements read + written (memory-bound work)
+  Footprint saved_per_token;              // saved for backward, recompute none
+  Footprint saved_per_token_ctx;          // × seq_len (attention probabilities without flash)
+  bool selective_recompute = false;       // re-run under recompute: selective
+  Footprint selective_kept_per_token;     // what stays saved when re-run selectively
+  bool sac_op_recompute = false;          // re-run under sac_op (an even-numbered matmul)
+  Footprint sac_op_kept_per_token;        // what stays saved under sac_op (0 outside a layer)
+  Footprint output_per_token;             // a matmul's output (sac_op keeps the odd ones')
+  Footprint eager_extra_saved_per_token;  // what eager PyTorch keeps beyond fused kernels
+  Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
+  Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks
+  Footprint input_per_token;      // activation entering the module (full recompute keeps it)
+  double token_fraction = 1.0;    // share of tokens this module sees (MoE expert: k/E)
+  std::vector<ModuleComm> comms;  // tensor- and context-parallel collectives
 };
 
 // A node of the module tree. Names are fully qualified ("layers.3.self_attn.q_proj");

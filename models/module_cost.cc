@@ -20,6 +20,10 @@ constexpr NameTable<Recompute, 5> kRecomputeNames = {{{Recompute::none, "none"},
                                                       {Recompute::sac_op, "sac_op"},
                                                       {Recompute::sac_layer, "sac_layer"}}};
 
+constexpr NameTable<Stack, 3> kStackNames = {{{Stack::megatron_te, "megatron-te"},
+                                              {Stack::torch_compile, "torch-compile"},
+                                              {Stack::torch_eager, "torch-eager"}}};
+
 // A module's effective token share: its own when it states one, else its parent's.
 double share(const Module& module, double parent_share) {
   return module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_share;
@@ -47,6 +51,19 @@ double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_d
 
 std::string_view recompute_name(Recompute recompute) {
   return name_of(kRecomputeNames, recompute);
+}
+
+std::string_view stack_name(Stack stack) {
+  return name_of(kStackNames, stack);
+}
+
+Stack parse_stack(std::string_view text, const std::string& file, const std::string& field) {
+  if (auto stack = value_of(kStackNames, text)) return *stack;
+  throw InputError(file, field, unknown_name_message("stack", text, names_of(kStackNames)));
+}
+
+std::vector<std::string> stack_names() {
+  return names_of(kStackNames);
 }
 
 bool recomputes_whole_modules(Recompute recompute) {
@@ -135,11 +152,26 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
     if (recompute == Recompute::selective && m.cost.selective_recompute) {
       return m.cost.selective_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
     }
-    return (m.cost.saved_per_token.bytes(shape.activation_bytes) +
+    Footprint saved = m.cost.saved_per_token;
+    if (shape.stack == Stack::torch_eager) saved += m.cost.eager_extra_saved_per_token;
+    return (saved.bytes(shape.activation_bytes) +
             m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
                 static_cast<double>(shape.seq_len)) *
            tokens * s;
   });
+}
+
+double workspace_bytes(const Module& module, const BatchShape& shape) {
+  const bool pytorch = shape.stack != Stack::megatron_te;
+  double largest = 0;
+  std::function<void(const Module&, double)> visit = [&](const Module& m, double parent) {
+    const double s = share(m, parent);
+    const Footprint& w = pytorch ? m.cost.pytorch_workspace_per_token : m.cost.workspace_per_token;
+    largest = std::max(largest, w.bytes(shape.activation_bytes) * tokens_of(shape) * s);
+    for (const Module& child : m.children) visit(child, s);
+  };
+  visit(module, 1.0);
+  return largest;
 }
 
 double comm_bytes(const Module& module, const ModuleComm& comm, const BatchShape& shape) {

@@ -23,6 +23,19 @@ std::string_view recompute_name(Recompute recompute);
 bool recomputes_whole_modules(Recompute recompute);
 Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
+// The software that runs the model, as far as it changes what a kernel keeps, holds or
+// reaches: megatron-te, Megatron with Transformer Engine's fused kernels (fused SwiGLU,
+// cuDNN/FlashAttention-3 attention, the vocabulary-parallel fused cross entropy);
+// torch-compile and torch-eager, PyTorch FSDP2 stacks such as torchtitan: attention
+// through SDPA, the cross entropy on fp32 logits (torchtitan compiles the blocks, not the
+// loss), and in eager mode every op's own saved tensors (SiLU keeps its output beside the
+// gate and up projections).
+enum class Stack { megatron_te, torch_compile, torch_eager };
+
+std::string_view stack_name(Stack stack);
+Stack parse_stack(std::string_view text, const std::string& file, const std::string& field);
+std::vector<std::string> stack_names();
+
 // The shape of one micro-batch on one rank. Context parallelism splits each sequence over
 // `context_parallel` ranks: a rank holds seq_len / cp of its tokens, whose queries still
 // attend over all seq_len positions.
@@ -32,6 +45,7 @@ struct BatchShape {
   int64_t activation_bytes = 2;  // bytes per activation element (bf16)
   int64_t context_parallel = 1;  // ranks each sequence is split over
   bool fp8 = false;              // FP8 GEMMs: their inputs cross the tp ranks as 1-byte elements
+  Stack stack = Stack::megatron_te;
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }
@@ -66,6 +80,10 @@ double model_training_flops(const Module& module, const BatchShape& shape);
 // with sac_op every module keeps its `sac_op_kept_per_token` (a region the builder marked:
 // a decoder layer). sac_layer is decided per module by the caller (full or none).
 double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
+
+// Bytes the largest module of `module`'s subtree holds while it runs, beyond what it saves
+// (the cross entropy's logits copies), on one micro-batch; modules run one at a time.
+double workspace_bytes(const Module& module, const BatchShape& shape);
 
 // Bytes one of `module`'s collectives moves on one micro-batch (nccl-tests' convention,
 // ModuleComm): GEMM inputs cross in 1-byte elements under FP8, the rest in the activation

@@ -242,6 +242,9 @@ Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
   m.cost.fwd_io_elements_per_token = saved + d(ffn);
   m.cost.saved_per_token = elements(saved);
   m.cost.input_per_token = elements(saved);
+  // Eager PyTorch runs silu(gate) * up as two ops: SiLU saves its input (the gate) and the
+  // product saves both its operands, so SiLU's output is kept as well.
+  if (kind == MlpKind::swiglu) m.cost.eager_extra_saved_per_token = elements(d(ffn));
   return m;
 }
 
@@ -574,6 +577,14 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   loss.cost.fwd_io_elements_per_token = 2.0 * local_vocab;
   loss.cost.saved_per_token = fixed(4.0 * local_vocab + 8.0);
   loss.cost.input_per_token = elements(local_vocab);
+  // Beyond the saved softmax: Megatron's fused cross entropy holds the bf16 logits while it
+  // casts them to fp32 and computes the gradient in place on the softmax
+  // (megatron/core/tensor_parallel/cross_entropy.py); PyTorch's
+  // cross_entropy(logits.float()) holds, in backward, the fp32 gradient of the log-softmax
+  // output and the fp32 input gradient beside the saved log-softmax (8 bytes per
+  // vocabulary entry; the forward holds 6: the bf16 logits and their fp32 copy).
+  loss.cost.workspace_per_token = elements(local_vocab);
+  loss.cost.pytorch_workspace_per_token = fixed(8.0 * local_vocab);
   if (p.tp > 1) {
     loss.cost.comms = {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, fixed(4.0), 3)};
   }

@@ -146,6 +146,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "keep_fp8_transpose_cache",
                                                 "double_buffer",
                                                 "allocator",
+                                                "stack",
                                                 "optimizer"};
   return keys;
 }
@@ -296,6 +297,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (r.has("recompute")) {
     c.recompute = parse_recompute(r.string("recompute"), r.file(), r.path_of("recompute"));
   }
+  if (r.has("stack")) c.stack = parse_stack(r.string("stack"), r.file(), r.path_of("stack"));
   if (r.has("recompute_every")) {
     if (c.recompute != Recompute::sac_layer) {
       r.fail("recompute_every",
@@ -360,6 +362,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["max_live_grad_buffers"] = c.max_live_grad_buffers;
   j["recompute"] = recompute_name(c.recompute);
   if (c.recompute == Recompute::sac_layer) j["recompute_every"] = c.recompute_every;
+  j["stack"] = stack_name(c.stack);
   j["micro_batch"] = c.micro_batch;
   j["grad_accum"] = c.grad_accum;
   j["seq_len"] = c.seq_len;

@@ -69,6 +69,7 @@ struct FsdpConfig {
   bool double_buffer = false;  // two persistent unsharded buffers, sized for the largest unit
   Allocator allocator = Allocator::caching;
   Optimizer optimizer = Optimizer::adam;
+  Stack stack = Stack::megatron_te;  // the software that runs it (models/module_cost.h)
 };
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.

@@ -137,6 +137,9 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   e.saved_activations = e.activations;
   // Full recompute re-creates one unit's activations inside its backward.
   if (recomputes_whole_modules(c.recompute)) e.activations += largest_recompute;
+  // The largest compute op's workspace (the loss's, at the end of the forward, beside
+  // every saved activation).
+  e.activations += workspace_bytes(model.root, shape);
 
   // The tensor- and context-parallel collectives' buffers: the largest of each axis, one
   // pass at a time (the schedule's one buffer per axis and pass).

@@ -20,7 +20,7 @@ constexpr NameTable<OpKind, 9> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                             {OpKind::optimizer_step, "optimizer_step"},
                                             {OpKind::send_recv, "send_recv"},
                                             {OpKind::all_to_all, "all_to_all"}}};
-constexpr NameTable<BufferRole, 14> kRoles = {
+constexpr NameTable<BufferRole, 15> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -34,7 +34,8 @@ constexpr NameTable<BufferRole, 14> kRoles = {
      {BufferRole::double_buffer, "double_buffer"},
      {BufferRole::tp_buffer, "tp_buffer"},
      {BufferRole::cp_buffer, "cp_buffer"},
-     {BufferRole::fp8_weight_cache, "fp8_weight_cache"}}};
+     {BufferRole::fp8_weight_cache, "fp8_weight_cache"},
+     {BufferRole::workspace, "workspace"}}};
 
 }  // namespace
 

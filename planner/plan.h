@@ -48,6 +48,7 @@ enum class BufferRole {
   tp_buffer,              // a tensor-parallel collective's output: the gathered sequence
   cp_buffer,              // context parallelism's received K/V chunks (or gathered K/V)
   fp8_weight_cache,       // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cast copies
+  workspace,              // held by one compute op while it runs (the cross entropy's logits)
 };
 
 std::string_view stream_name(Stream s);
@@ -140,6 +141,7 @@ struct PlanSegment {
   double activation_bytes = 0;       // saved for backward under the config's recompute
   double full_activation_bytes = 0;  // saved without recompute (re-created under full)
   bool checkpointed = false;         // re-run in backward under full recompute
+  double workspace_bytes = 0;        // held by its forward and its backward while they run
   // Model-parallel collectives in execution order: the forward's (re-run by a full
   // recompute), and the backward's (with the selective recompute's re-run first).
   std::vector<SegmentComm> forward_comms;

@@ -84,7 +84,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"gemms", gemms_json(s.gemms)},
                         {"activation_bytes", s.activation_bytes},
                         {"full_activation_bytes", s.full_activation_bytes},
-                        {"checkpointed", s.checkpointed}});
+                        {"checkpointed", s.checkpointed},
+                        {"workspace_bytes", s.workspace_bytes}});
   }
   nlohmann::json buffers = nlohmann::json::array();
   for (const PlanBuffer& b : plan.buffers) {
@@ -205,7 +206,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
                    "forward_attention_flops", "backward_attention_flops", "io_bytes", "gemms",
-                   "activation_bytes", "full_activation_bytes", "checkpointed"});
+                   "activation_bytes", "full_activation_bytes", "checkpointed", "workspace_bytes"});
     plan.segments.push_back(
         PlanSegment{.id = s.integer("id"),
                     .unit = s.integer("unit"),
@@ -219,7 +220,10 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                     .gemms = gemms_from(s),
                     .activation_bytes = s.non_negative_number("activation_bytes"),
                     .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
-                    .checkpointed = s.boolean("checkpointed")});
+                    .checkpointed = s.boolean("checkpointed"),
+                    // Optional: plans written before it existed held no workspace.
+                    .workspace_bytes =
+                        s.has("workspace_bytes") ? s.non_negative_number("workspace_bytes") : 0.0});
   }
   for (const JsonReader& b : r.objects("buffers")) {
     b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes",

@@ -53,7 +53,8 @@ PlanMemory plan_memory(const Plan& plan) {
   m.unsharded_grads = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
   m.activations = transient_peak(plan, [](const PlanBuffer& b) {
-    return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations;
+    return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations ||
+           b.role == BufferRole::workspace;
   });
   m.fp8_transpose_cache = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });

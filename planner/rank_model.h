@@ -33,7 +33,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .seq_len = c.seq_len,
                     .activation_bytes = dtype_bytes(c.param_dtype),
                     .context_parallel = c.cp,
-                    .fp8 = fp8_compute(c)};
+                    .fp8 = fp8_compute(c),
+                    .stack = c.stack};
 }
 
 }  // namespace shardplan

@@ -168,6 +168,11 @@ class ScheduleBuilder {
                   .writes = std::move(writes)};
   }
   void reduce_outer(int64_t unit, int64_t inner_reduce);
+  // What a segment's compute op holds while it runs and frees when it ends.
+  int64_t workspace(const PlanSegment& seg, int64_t mb, std::string_view pass) {
+    return emit_.transient(BufferRole::workspace, seg.unit, mb, c_.param_dtype, seg.workspace_bytes,
+                           fmt::format("workspace {} {} mb{}", pass, seg.label, mb));
+  }
   int64_t emit_work(PlanOp work, const PlanSegment& seg, const std::vector<SegmentComm>& comms,
                     std::string_view pass);
 
@@ -356,6 +361,7 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
       deps.insert(deps.end(), start_deps.begin(), start_deps.end());
     }
     std::vector<int64_t> writes = {activations};
+    if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb, "fwd"));
     // keep_fp8_transpose_cache: the transposed FP8 weights stay from forward to backward.
     if (c_.keep_fp8_transpose_cache && seg.unit != 0) {
       state_.transpose_cache[u] =
@@ -457,6 +463,7 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
   } else {
     writes = units_[u].main_grads;
   }
+  if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb_, "bwd"));
   return emit_work(PlanOp{.stream = Stream::compute,
                           .kind = OpKind::backward,
                           .unit = seg.unit,

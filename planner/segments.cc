@@ -212,6 +212,7 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     Recompute mode = recompute == Recompute::sac_layer ? Recompute::full : recompute;
     if (!s.checkpointed && mode != Recompute::selective) mode = Recompute::none;
     s.activation_bytes += saved_activation_bytes(*t.module, shape, mode);
+    s.workspace_bytes = std::max(s.workspace_bytes, workspace_bytes(*t.module, shape));
     add_comms(*t.module, shape, recompute, s);
   }
   return segments;

@@ -319,6 +319,7 @@ std::string describe_config(const FsdpConfig& c) {
                       c.grad_accum);
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
   if (fp8_compute(c)) text += " fp8";
+  if (c.stack != Stack::megatron_te) text += fmt::format(" {}", stack_name(c.stack));
   if (c.double_buffer) text += " dbuf";
   if (c.allocator == Allocator::pool) text += " pool";
   return text;

@@ -25,7 +25,10 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
       const double share = power_limited_compute_share(gpu);
       const double gemm_rate = share * (fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
                                             : gpu.bf16_dense_flops * e.gemm_efficiency);
-      const double attention_rate = share * gpu.bf16_dense_flops * e.attention_efficiency;
+      const double attention_efficiency = plan.config.stack == Stack::megatron_te
+                                              ? e.attention_efficiency
+                                              : e.sdpa_attention_efficiency;
+      const double attention_rate = share * gpu.bf16_dense_flops * attention_efficiency;
       const double gemm = std::max(op.flops - op.attention_flops, 0.0);
       const double seconds =
           gemm / gemm_rate + op.attention_flops / attention_rate +

@@ -198,6 +198,14 @@ TEST(Recompute, ParsesNamesAndRejectsOthers) {
   EXPECT_EQ(parse_recompute("full", "f", "/recompute"), Recompute::full);
   EXPECT_EQ(parse_recompute("sac_op", "f", "/recompute"), Recompute::sac_op);
   EXPECT_EQ(parse_recompute("sac_layer", "f", "/recompute"), Recompute::sac_layer);
+  EXPECT_EQ(parse_stack("torch-eager", "f", "/stack"), Stack::torch_eager);
+  try {
+    parse_stack("torch", "cfg.json", "/stack");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/stack");
+    EXPECT_NE(e.reason().find("megatron-te"), std::string::npos) << e.reason();
+  }
   try {
     parse_recompute("ful", "cfg.json", "/recompute");
     FAIL();
@@ -208,36 +216,48 @@ TEST(Recompute, ParsesNamesAndRejectsOthers) {
 }
 
 // Measured on an H100 (tools/measure/h100_probe.py, tests/data/h100_activations.json):
-// the bytes an eager PyTorch Llama layer keeps for backward. The model counts what fused
-// kernels keep (Megatron/Transformer Engine: SwiGLU fused, flash attention's output is the
-// o projection's input); eager PyTorch also keeps SiLU's output (F per token) and the
-// attention output's transposed copy (q per token). The measurement must lie between.
-TEST(ModuleCost, EagerPyTorchLayerActivationsBracketTheModel) {
+// the bytes an eager PyTorch Llama layer keeps for backward. The fused profile (Megatron /
+// Transformer Engine: SwiGLU fused, flash attention's output is the o projection's input)
+// must lie below it; the torch-eager stack adds SiLU's output (F per token) and must be
+// within 3 % (8B: 168 072 bytes per token against 167 048 measured).
+TEST(ModuleCost, EagerPyTorchLayerActivationsMatchTheMeasurement) {
   std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h100_activations.json");
   ASSERT_TRUE(in.good());
   for (const auto& measured : nlohmann::json::parse(in)) {
     const ModelSpec model = load_model(measured["model"].get<std::string>());
-    const BatchShape shape{.micro_batch = measured["micro_batch"], .seq_len = measured["seq_len"]};
+    BatchShape shape{.micro_batch = measured["micro_batch"], .seq_len = measured["seq_len"]};
     const Module* layer = find_module(model.root, "layers.0");
     ASSERT_NE(layer, nullptr);
     const double fused = saved_activation_bytes(*layer, shape, Recompute::none);
-    const double h = static_cast<double>(model.hidden_size);
-    const double ffn = measured["model"] == "llama3-8b" ? 14336 : 28672;
-    const double eager_extra = (ffn + h) * 2.0 * static_cast<double>(shape.tokens());
     const double bytes = measured["saved_bytes_per_layer"];
     EXPECT_GT(bytes, fused) << measured.dump();
-    EXPECT_LT(bytes, fused + eager_extra) << measured.dump();
+    shape.stack = Stack::torch_eager;
+    const double eager = saved_activation_bytes(*layer, shape, Recompute::none);
+    const double ffn = measured["model"] == "llama3-8b" ? 14336 : 28672;
+    EXPECT_DOUBLE_EQ(eager - fused, 2.0 * ffn * static_cast<double>(shape.tokens()));
+    EXPECT_NEAR(eager / bytes, 1.0, 0.03) << measured.dump();
+    // torch-compile fuses the SwiGLU (the fused profile); sac_op and full keep no SiLU output.
+    shape.stack = Stack::torch_compile;
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*layer, shape, Recompute::none), fused);
   }
 }
 
-}  // namespace
-}  // namespace shardplan
+// The cross entropy's working memory beyond its saved fp32 softmax, per token of a V-entry
+// vocabulary: Megatron's fused kernel holds the bf16 logits (2V bytes), PyTorch's
+// cross_entropy(logits.float()) the fp32 gradient and input gradient (8V).
+TEST(ModuleCost, LossWorkspaceByStack) {
+  const ModelSpec model = load_model("llama3-8b");
+  BatchShape shape{.micro_batch = 2, .seq_len = 4096};
+  const double tokens = 8192, vocab = 128256;
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 2.0 * vocab * tokens);
+  shape.stack = Stack::torch_compile;
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 8.0 * vocab * tokens);
+  shape.stack = Stack::torch_eager;
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 8.0 * vocab * tokens);
+  const Module* layer = find_module(model.root, "layers.0");
+  EXPECT_EQ(workspace_bytes(*layer, shape), 0.0);
+}
 
-namespace shardplan {
-namespace {
-
-// The matmul shapes carry exactly the GEMM FLOPs: 2·m·n·k summed over a layer's matmuls is
-// its forward FLOPs less attention's, for dense and MoE layers.
 TEST(ModuleCost, GemmShapesAddUpToTheGemmFlops) {
   for (const char* name : {"llama3-8b", "mixtral-8x7b"}) {
     const ModelSpec model = load_model(name);

@@ -68,7 +68,8 @@ TEST(FsdpConfig, RoundTripsThroughJson) {
                    {"keep_fp8_transpose_cache", true},
                    {"double_buffer", true},
                    {"allocator", "pool"},
-                   {"optimizer", "sgd"}};
+                   {"optimizer", "sgd"},
+                   {"stack", "torch-eager"}};
   const FsdpConfig c = fsdp_config_from_json(in, "cfg");
   EXPECT_EQ(fsdp_config_to_json(c), in);
   EXPECT_EQ(fsdp_config_to_json(fsdp_config_from_json(fsdp_config_to_json(c), "again")), in);

@@ -176,6 +176,31 @@ TEST(MemoryEstimate, TorchtitanRecomputePoliciesByHand) {
   }
 }
 
+// The loss's workspace is a buffer of the root segment's forward and backward ops, live
+// only while they run; the estimate counts the largest one beside every saved activation.
+// torch stacks: 8 bytes per token and vocabulary entry; megatron-te: the bf16 logits.
+TEST(MemoryEstimate, LossWorkspaceIsAPlanBufferOfItsComputeOps) {
+  const Job job = llama8b_on(1);
+  const double tokens = 8192, vocab = 128256;
+  for (const auto& [stack, bytes] : {std::pair{"megatron-te", 2.0 * vocab * tokens},
+                                     std::pair{"torch-compile", 8.0 * vocab * tokens}}) {
+    const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json({{"stack", stack}}, "cfg"),
+                                             job.model, job.cluster, "cfg");
+    const Plan plan = build_plan(job.model, job.cluster, c);
+    int64_t workspaces = 0;
+    for (const PlanBuffer& b : plan.buffers) {
+      if (b.role != BufferRole::workspace) continue;
+      workspaces += 1;
+      EXPECT_EQ(b.bytes, static_cast<int64_t>(bytes)) << stack << " " << b.name;
+      EXPECT_EQ(b.live_end - b.live_begin, 1) << "one op: " << b.name;
+      EXPECT_EQ(plan.ops[static_cast<std::size_t>(b.live_begin)].stream, Stream::compute);
+    }
+    EXPECT_EQ(workspaces, 2) << "the loss segment's forward and backward";
+    const MemoryEstimate e = estimate_memory(job.model, job.cluster, c);
+    EXPECT_DOUBLE_EQ(e.activations - e.saved_activations, bytes) << stack;
+  }
+}
+
 // recompute_every belongs to sac_layer; sac_op needs a model shardplan builds.
 TEST(MemoryEstimate, RecomputePolicyErrorsNameTheField) {
   try {

@@ -86,6 +86,21 @@ TEST(Simulate, PowerLimitSlowsTensorCoreWorkOnly) {
   EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, (full - memory) / share + memory, 1e-15);
 }
 
+// Attention runs at the cluster's SDPA efficiency on the PyTorch stacks and at its fused
+// attention efficiency under megatron-te; GEMMs are unchanged.
+TEST(Simulate, AttentionEfficiencyFollowsTheStack) {
+  PlanMaker m;
+  m.add(
+      {.stream = Stream::compute, .kind = OpKind::forward, .flops = 3e12, .attention_flops = 1e12},
+      {});
+  ClusterSpec c = toy_cluster();
+  c.compute.attention_efficiency = 0.5;
+  c.compute.sdpa_attention_efficiency = 0.25;
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.5, 1e-12);
+  m.plan.config.stack = Stack::torch_compile;
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.25, 1e-12);
+}
+
 TEST(Simulate, CostsAreTheHandWorkedOnes) {
   PlanMaker m;
   m.compute(OpKind::forward, kF, {});
