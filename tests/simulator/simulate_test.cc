@@ -337,6 +337,7 @@ TEST(SimulatePublished, TorchtitanLlama3OnA100WithinFifteenPercent) {
     c.micro_batch = 1;
     c.seq_len = 8192;
     c.recompute = a.recompute;
+    c.stack = Stack::torch_eager;  // torchtitan of 2024, without torch.compile
     const Plan plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "test"));
     const Timeline t = simulate(plan, cluster);
     EXPECT_NEAR(t.summary.tokens_per_second_per_gpu / a.tokens_per_second, 1.0, 0.15) << a.model;
@@ -366,6 +367,7 @@ TEST(SimulatePublished, TorchtitanCpSweep) {
     c.seq_len = 32768 * cp;
     c.recompute = Recompute::full;
     c.fp8_param_gather = true;
+    c.stack = Stack::torch_compile;
     const Plan plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "test"));
     tokens.push_back(simulate(plan, cluster).summary.tokens_per_second_per_gpu);
   }
