@@ -87,3 +87,39 @@ TEST(GatherTrigger, ThePlanIssuesEachForwardGatherAfterItsTrigger) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// tp_comm_overlap: Transformer Engine pipelines the sequence-parallel collectives of both
+// passes (on the tp stream); PyTorch's AsyncTP those of the forward only, the backward's
+// stay on the compute stream.
+TEST(TpOverlap, TheStackSaysWhichPassesOverlap) {
+  const ModelSpec model = load_model("llama3-8b");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 8);
+  for (const Stack stack : {Stack::megatron_te, Stack::torch_compile}) {
+    FsdpConfig c;
+    c.tp = 2;
+    c.tp_comm_overlap = true;
+    c.stack = stack;
+    const Plan plan = build_plan(model, cluster, resolve_fsdp_config(c, model, cluster, "t"));
+    std::map<std::string, std::map<Stream, int64_t>> streams;  // pass -> stream -> ops
+    for (const PlanOp& op : plan.ops) {
+      if (op.name.rfind("tp_", 0) != 0) continue;
+      const std::string pass = op.name.find(" fwd ") != std::string::npos ? "fwd" : "bwd";
+      streams[pass][op.stream] += 1;
+    }
+    ASSERT_GT(streams["fwd"][Stream::tp], 0) << stack_name(stack);
+    EXPECT_EQ(streams["fwd"][Stream::compute], 0) << stack_name(stack);
+    if (stack == Stack::megatron_te) {
+      EXPECT_GT(streams["bwd"][Stream::tp], 0);
+      EXPECT_EQ(streams["bwd"][Stream::compute], 0);
+    } else {
+      EXPECT_EQ(streams["bwd"][Stream::tp], 0);
+      EXPECT_GT(streams["bwd"][Stream::compute], 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
