@@ -32,9 +32,10 @@ constexpr NameTable<Fp8Recipe, 2> kRecipes = {{
     {Fp8Recipe::delayed, "delayed"},
     {Fp8Recipe::mxfp8, "mxfp8"},
 }};
-constexpr NameTable<Allocator, 2> kAllocators = {{
+constexpr NameTable<Allocator, 3> kAllocators = {{
     {Allocator::pool, "pool"},
     {Allocator::caching, "caching"},
+    {Allocator::expandable, "expandable"},
 }};
 constexpr NameTable<Optimizer, 2> kOptimizers = {{
     {Optimizer::adam, "adam"},

@@ -19,8 +19,9 @@ enum class ShardingStrategy { no_shard, optim, optim_grads, optim_grads_params }
 // HSDP: what is sharded across the outer (replica) dimension.
 enum class OuterStrategy { no_shard, optim };
 enum class Fp8Recipe { delayed, mxfp8 };
-// pool: one traced static pool; caching: PyTorch's CUDA caching allocator.
-enum class Allocator { pool, caching };
+// pool: one traced static pool; caching: PyTorch's CUDA caching allocator; expandable: the
+// same with expandable_segments:True (torchtitan's and Megatron's launch scripts set it).
+enum class Allocator { pool, caching, expandable };
 enum class Optimizer { adam, sgd };
 
 // Every knob of one FSDP run. Defaults follow Megatron-FSDP's `fully_shard` (seeds/002

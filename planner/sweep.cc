@@ -321,7 +321,7 @@ std::string describe_config(const FsdpConfig& c) {
   if (fp8_compute(c)) text += " fp8";
   if (c.stack != Stack::megatron_te) text += fmt::format(" {}", stack_name(c.stack));
   if (c.double_buffer) text += " dbuf";
-  if (c.allocator == Allocator::pool) text += " pool";
+  if (c.allocator != Allocator::caching) text += fmt::format(" {}", allocator_name(c.allocator));
   return text;
 }
 

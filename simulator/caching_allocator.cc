@@ -25,6 +25,32 @@ void CachingAllocator::erase_free(int64_t block) {
   pool(b.small).erase({b.size, b.address, block});
 }
 
+int64_t CachingAllocator::grow(bool small, int64_t bytes) {
+  const int64_t page = small ? kSmallBuffer : kLargeBuffer;
+  int64_t& tail = tail_[small ? 1 : 0];
+  if (tail >= 0 && !blocks_[static_cast<std::size_t>(tail)].in_use) {
+    // The free block at the end grows into the newly mapped pages.
+    Block& last = blocks_[static_cast<std::size_t>(tail)];
+    const int64_t mapped = (bytes - last.size + page - 1) / page * page;
+    erase_free(tail);
+    blocks_[static_cast<std::size_t>(tail)].size += mapped;
+    mapped_end_[small ? 1 : 0] += mapped;
+    reserved_ += mapped;
+    return tail;
+  }
+  const int64_t mapped = (bytes + page - 1) / page * page;
+  // Each pool's segment has its own address range (small pool above 2^56).
+  const int64_t base = small ? int64_t{1} << 56 : 0;
+  const auto block = static_cast<int64_t>(blocks_.size());
+  blocks_.push_back(Block{
+      .size = mapped, .address = base + mapped_end_[small ? 1 : 0], .prev = tail, .small = small});
+  if (tail >= 0) blocks_[static_cast<std::size_t>(tail)].next = block;
+  tail = block;
+  mapped_end_[small ? 1 : 0] += mapped;
+  reserved_ += mapped;
+  return block;
+}
+
 int64_t CachingAllocator::allocate(int64_t bytes) {
   const int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
@@ -33,6 +59,8 @@ int64_t CachingAllocator::allocate(int64_t bytes) {
   if (auto it = free.lower_bound({size, INT64_MIN, INT64_MIN}); it != free.end()) {
     block = std::get<2>(*it);
     free.erase(it);
+  } else if (expandable_) {
+    block = grow(small, size);
   } else {
     const int64_t segment = segment_size(size);
     block = static_cast<int64_t>(blocks_.size());
@@ -42,7 +70,7 @@ int64_t CachingAllocator::allocate(int64_t bytes) {
   }
   Block& b = blocks_[static_cast<std::size_t>(block)];
   const int64_t rest = b.size - size;
-  if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
+  if (small || expandable_ ? rest >= kMinBlockSize : rest > kSmallSize) {
     const auto tail = static_cast<int64_t>(blocks_.size());
     Block split{
         .size = rest, .address = b.address + size, .prev = block, .next = b.next, .small = small};
@@ -52,6 +80,7 @@ int64_t CachingAllocator::allocate(int64_t bytes) {
     head.next = tail;
     head.size = size;
     insert_free(tail);
+    if (tail_[small ? 1 : 0] == block) tail_[small ? 1 : 0] = tail;
   }
   Block& used = blocks_[static_cast<std::size_t>(block)];
   used.in_use = true;
@@ -81,6 +110,7 @@ void CachingAllocator::free(int64_t handle) {
     } else {
       self.next = n.next;
       if (n.next >= 0) blocks_[static_cast<std::size_t>(n.next)].prev = handle;
+      if (tail_[self.small ? 1 : 0] == neighbour) tail_[self.small ? 1 : 0] = handle;
     }
     self.size += n.size;
     n.size = 0;

@@ -14,8 +14,17 @@ namespace shardplan {
 // rounded up to 2 MiB above; the smallest free block that fits (best fit), split when
 // the rest is at least 512 B (small) or above 1 MiB (large); freed blocks merge with free
 // neighbours of their segment; segments are never returned (no empty_cache). One stream.
+//
+// With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "Note
+// [Expandable Segments]" in the same file) each pool is one virtual segment whose physical
+// pages are mapped on demand, 2 MiB pages for the small pool and 20 MiB for the large
+// (find_expandable_block): a request no free block fits grows the segment at its end,
+// reusing a free block at the end, and every remainder of at least 512 B is split off
+// (should_split). Mapped pages stay mapped (no empty_cache): reserved is the mapped total.
 class CachingAllocator {
  public:
+  explicit CachingAllocator(bool expandable = false) : expandable_(expandable) {}
+
   static constexpr int64_t kMinBlockSize = 512;
   static constexpr int64_t kSmallSize = 1048576;
   static constexpr int64_t kSmallBuffer = 2097152;
@@ -50,7 +59,13 @@ class CachingAllocator {
   void insert_free(int64_t block);
   void erase_free(int64_t block);
 
-  std::vector<Block> blocks_;  // handles index it; merged-away blocks stay as dead entries
+  // Expandable segments: the pool's segment grows by at least `bytes`, from its last block.
+  int64_t grow(bool small, int64_t bytes);
+
+  bool expandable_ = false;
+  int64_t tail_[2] = {-1, -1};      // expandable: the last block of each pool's segment
+  int64_t mapped_end_[2] = {0, 0};  // expandable: mapped bytes of each pool's segment
+  std::vector<Block> blocks_;       // handles index it; merged-away blocks stay as dead entries
   FreeSet small_free_, large_free_;
   int64_t allocated_ = 0;
   int64_t reserved_ = 0;

@@ -15,7 +15,7 @@ TimelineSummary simulate_with(const ModelSpec& model, const ClusterSpec& cluster
                               int64_t micro_batches) {
   config.grad_accum = micro_batches;
   const std::unique_ptr<OffsetAssigner> online =
-      config.allocator == Allocator::caching ? make_online_assigner() : nullptr;
+      config.allocator != Allocator::pool ? make_online_assigner() : nullptr;
   return simulate(build_plan(model, cluster, config, online.get()), cluster).summary;
 }
 

@@ -166,8 +166,8 @@ struct MemoryEvent {
 void simulate_memory(const Plan& plan, Timeline& t) {
   const std::vector<BufferLifetime> spans = buffer_lifetimes(plan, t);
   const auto num_buffers = plan.buffers.size();
-  const bool caching = plan.config.allocator == Allocator::caching;
-  CachingAllocator allocator;
+  const bool caching = plan.config.allocator != Allocator::pool;
+  CachingAllocator allocator(plan.config.allocator == Allocator::expandable);
   std::vector<int64_t> handle(num_buffers, -1);
   int64_t persistent = 0;
   std::vector<MemoryEvent> events;

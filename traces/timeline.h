@@ -68,7 +68,7 @@ struct Timeline {
   std::string model;
   std::string cluster;
   int64_t num_gpus = 0;
-  std::string allocator;  // "pool" or "caching"
+  std::string allocator;  // "pool", "caching" or "expandable"
   std::vector<TimelineOp> ops;
   std::vector<MemorySample> memory;
   std::vector<int64_t> critical_path;  // op ids, first to last

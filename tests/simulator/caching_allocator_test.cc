@@ -91,6 +91,59 @@ TEST(CachingAllocator, RandomSequencesKeepReservedAboveAllocated) {
   EXPECT_THROW(a.free(-1), std::logic_error);
 }
 
+// Expandable segments by hand. 50 MiB maps 60 (three 20 MiB pages), 10 left free at the
+// end; freed, the 60 merge; 30 and 30 then fit inside: 60 reserved where the classic
+// allocator needs 50 + 30 = 80 (the second 30 does not fit the 20 left of the 50 segment).
+TEST(CachingAllocator, ExpandableSegmentsReuseTheSegmentEnd) {
+  CachingAllocator classic;
+  CachingAllocator expandable(true);
+  for (CachingAllocator* a : {&classic, &expandable}) {
+    a->free(a->allocate(50 * kMiB));
+    a->allocate(30 * kMiB);
+    a->allocate(30 * kMiB);
+  }
+  EXPECT_EQ(classic.reserved(), 80 * kMiB);
+  EXPECT_EQ(expandable.reserved(), 60 * kMiB);
+  EXPECT_EQ(expandable.allocated(), 60 * kMiB);
+  // With the last block in use, 25 MiB maps two more pages (40 MiB) at the end, leaving
+  // 15 free there, which the next 15 takes.
+  expandable.allocate(25 * kMiB);
+  EXPECT_EQ(expandable.reserved(), 100 * kMiB);
+  expandable.allocate(15 * kMiB);
+  EXPECT_EQ(expandable.reserved(), 100 * kMiB);
+  // A free block at the end grows in place: free 15 (the end), ask 35: map 20 more.
+  CachingAllocator grow(true);
+  const int64_t first = grow.allocate(30 * kMiB);  // maps 40, 10 free at the end
+  EXPECT_EQ(grow.reserved(), 40 * kMiB);
+  grow.allocate(35 * kMiB);  // the 10 MiB end grows by 40 (ceil(25 / 20) pages) to 50
+  EXPECT_EQ(grow.reserved(), 80 * kMiB);
+  grow.free(first);  // a 30 MiB hole at the front is reused, never unmapped
+  grow.allocate(30 * kMiB);
+  EXPECT_EQ(grow.reserved(), 80 * kMiB);
+  // Small requests use their own pool of 2 MiB pages.
+  grow.allocate(512 * 1024);
+  EXPECT_EQ(grow.reserved(), 82 * kMiB);
+}
+
+// Expandable segments never reserve less than what is allocated, over random sequences.
+TEST(CachingAllocator, ExpandableRandomSequencesKeepReservedAboveAllocated) {
+  std::mt19937 rng(7);
+  CachingAllocator a(true);
+  std::vector<int64_t> live;
+  for (int step = 0; step < 5000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      live.push_back(a.allocate(1 + static_cast<int64_t>(rng() % (64 * kMiB))));
+    } else {
+      const std::size_t k = rng() % live.size();
+      a.free(live[k]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    ASSERT_GE(a.reserved(), a.allocated());
+  }
+  for (int64_t h : live) a.free(h);
+  EXPECT_EQ(a.allocated(), 0);
+}
+
 // PyTorch 2.11 (CUDA 13.0) on an H100 SXM replayed a seeded sequence of 3000 allocations
 // and frees (tools/measure/h100_probe.py; a second run gave a byte-identical trace) and recorded
 // memory_allocated and memory_reserved after each. The model matches exactly until two free blocks
