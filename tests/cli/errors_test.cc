@@ -304,10 +304,23 @@ std::vector<ErrorCase> error_cases() {
                    {"describe", "--set", "dp_shard", "--json"},
                    "--set: dp_shard",
                    {"expected key=value"}});
-  cases.push_back({"set_recompute_partial",
-                   {"describe", "--set", "recompute=partial", "--json"},
-                   "config (with flags): /recompute",
-                   {"unknown recompute mode 'partial'", "none, selective, full"}});
+  cases.push_back(
+      {"set_recompute_partial",
+       {"describe", "--set", "recompute=partial", "--json"},
+       "config (with flags): /recompute",
+       {"unknown recompute mode 'partial'", "none, selective, full, sac_op, sac_layer"}});
+  cases.push_back({"set_stack_unknown",
+                   {"simulate", "--set", "stack=torch", "--json"},
+                   "config (with flags): /stack",
+                   {"unknown stack 'torch'", "megatron-te, torch-compile, torch-eager"}});
+  cases.push_back({"set_recompute_every_without_sac_layer",
+                   {"simulate", "--set", "recompute_every=3", "--json"},
+                   "config (with flags): /recompute_every",
+                   {"set recompute: sac_layer"}});
+  cases.push_back({"set_allocator_unknown",
+                   {"simulate", "--set", "allocator=expandible", "--json"},
+                   "config (with flags): /allocator",
+                   {"expandable"}});
   cases.push_back({"set_unit_pattern_matches_nothing",
                    {"describe", "--set", "unit_modules=[\"blocks.*\"]", "--json"},
                    "config (with flags): /unit_modules/0",
