@@ -26,16 +26,18 @@ nlohmann::json summary_json(const ModelSummary& s) {
                         {"selective", l.selective_bytes},
                         {"full", l.full_bytes},
                         {"full_peak", l.full_peak_bytes}}}});
+    if (l.sac_op_bytes) layers.back()["activation_bytes"]["sac_op"] = *l.sac_op_bytes;
   }
+  nlohmann::json recompute = {{"none", 0.0},
+                              {"selective", s.recompute_flops_per_token_selective},
+                              {"full", s.recompute_flops_per_token_full}};
+  if (s.recompute_flops_per_token_sac_op) recompute["sac_op"] = *s.recompute_flops_per_token_sac_op;
   return {{"total_parameters", s.total_parameters},
           {"active_parameters", s.active_parameters},
           {"parameters_by_kind", s.parameters_by_kind},
           {"model_flops_per_token", s.model_flops_per_token},
           {"executed_flops_per_token", s.executed_flops_per_token},
-          {"recompute_flops_per_token",
-           {{"none", 0.0},
-            {"selective", s.recompute_flops_per_token_selective},
-            {"full", s.recompute_flops_per_token_full}}},
+          {"recompute_flops_per_token", recompute},
           {"layers", layers},
           {"other_activation_bytes", s.other_activation_bytes},
           {"total_activation_bytes_none", s.total_activation_bytes_none}};
@@ -89,7 +91,8 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
 
   const BatchShape shape{.micro_batch = resolved.micro_batch,
                          .seq_len = resolved.seq_len,
-                         .activation_bytes = dtype_bytes(resolved.param_dtype)};
+                         .activation_bytes = dtype_bytes(resolved.param_dtype),
+                         .stack = resolved.stack};
   const ModelSummary summary = summarize_model(model, shape);
   const MemoryEstimate memory = estimate_memory(model, cluster, resolved);
 
@@ -135,23 +138,39 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
                      format_si(summary.model_flops_per_token));
   out << fmt::format("  executed (causal, flash bwd):   {}FLOP\n",
                      format_si(summary.executed_flops_per_token));
-  out << fmt::format("  + recompute selective / full:   {}FLOP / {}FLOP\n",
-                     format_si(summary.recompute_flops_per_token_selective),
-                     format_si(summary.recompute_flops_per_token_full));
+  if (summary.recompute_flops_per_token_sac_op) {
+    out << fmt::format("  + recompute selective / sac_op / full: {}FLOP / {}FLOP / {}FLOP\n",
+                       format_si(summary.recompute_flops_per_token_selective),
+                       format_si(*summary.recompute_flops_per_token_sac_op),
+                       format_si(summary.recompute_flops_per_token_full));
+  } else {
+    out << fmt::format("  + recompute selective / full:   {}FLOP / {}FLOP\n",
+                       format_si(summary.recompute_flops_per_token_selective),
+                       format_si(summary.recompute_flops_per_token_full));
+  }
 
   out << fmt::format("\nActivations saved for backward, one micro-batch ({} × {} tokens, {}):\n",
                      resolved.micro_batch, resolved.seq_len, dtype_name(resolved.param_dtype));
+  // torchtitan's sac_op column where the model's layers are built (it counts their matmuls).
+  const bool sac_op = summary.recompute_flops_per_token_sac_op.has_value();
   std::vector<std::vector<std::string>> layer_rows;
   for (const LayerActivations& l : summary.layers) {
-    layer_rows.push_back(
-        {fmt::format("{} ×{}", l.type, l.count), format_count(static_cast<double>(l.parameters)),
-         format_bytes(l.none_bytes), format_bytes(l.selective_bytes), format_bytes(l.full_bytes)});
+    std::vector<std::string> row = {fmt::format("{} ×{}", l.type, l.count),
+                                    format_count(static_cast<double>(l.parameters)),
+                                    format_bytes(l.none_bytes), format_bytes(l.selective_bytes)};
+    if (sac_op) row.push_back(format_bytes(l.sac_op_bytes.value_or(0)));
+    row.push_back(format_bytes(l.full_bytes));
+    layer_rows.push_back(std::move(row));
   }
-  layer_rows.push_back({"outside layers", "", format_bytes(summary.other_activation_bytes),
-                        format_bytes(summary.other_activation_bytes),
-                        format_bytes(summary.other_activation_bytes)});
-  out << render_table({"per layer", "params", "none", "selective", "full"}, layer_rows,
-                      {1, 2, 3, 4});
+  const std::string other = format_bytes(summary.other_activation_bytes);
+  std::vector<std::string> outside = {"outside layers", "", other, other, other};
+  if (sac_op) outside.push_back(other);
+  layer_rows.push_back(std::move(outside));
+  std::vector<std::string> header = {"per layer", "params", "none", "selective", "full"};
+  if (sac_op) header.insert(header.begin() + 4, "sac_op");
+  out << render_table(
+      header, layer_rows,
+      sac_op ? std::vector<std::size_t>{1, 2, 3, 4, 5} : std::vector<std::size_t>{1, 2, 3, 4});
   out << fmt::format("  whole model, recompute none: {}\n",
                      format_bytes(summary.total_activation_bytes_none));
 

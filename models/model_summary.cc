@@ -34,21 +34,6 @@ void walk_parameters(const Module& m, std::vector<const Module*>& path,
   path.pop_back();
 }
 
-// Extra forward FLOPs the backward re-runs under each recompute mode.
-double recompute_forward_flops(const Module& layer, const BatchShape& shape, Recompute mode) {
-  if (mode == Recompute::full) return forward_flops(layer, shape);
-  if (mode == Recompute::none) return 0;
-  double total = 0;
-  for_each_module(layer, [&](const Module& m) {
-    if (m.cost.selective_recompute) {
-      Module alone = m;
-      alone.children.clear();
-      total += forward_flops(alone, shape);
-    }
-  });
-  return total;
-}
-
 }  // namespace
 
 std::string parameter_kind(const std::vector<const Module*>& path) {
@@ -81,9 +66,13 @@ ModelSummary summarize_model(const ModelSpec& spec, const BatchShape& shape) {
     const double none = saved_activation_bytes(*layer, shape, Recompute::none);
     layer_none_total += none;
     s.recompute_flops_per_token_selective +=
-        recompute_forward_flops(*layer, shape, Recompute::selective) / tokens;
-    s.recompute_flops_per_token_full +=
-        recompute_forward_flops(*layer, shape, Recompute::full) / tokens;
+        recompute_flops(*layer, shape, Recompute::selective) / tokens;
+    s.recompute_flops_per_token_full += forward_flops(*layer, shape) / tokens;
+    if (spec.arch != nullptr) {
+      s.recompute_flops_per_token_sac_op =
+          s.recompute_flops_per_token_sac_op.value_or(0) +
+          recompute_flops(*layer, shape, Recompute::sac_op) / tokens;
+    }
     // Layers group when they have the same type, size and activations.
     const int64_t parameters = parameter_count(*layer);
     auto same = std::find_if(s.layers.begin(), s.layers.end(), [&](const LayerActivations& l) {
@@ -99,6 +88,9 @@ ModelSummary summarize_model(const ModelSpec& spec, const BatchShape& shape) {
         .parameters = parameters,
         .none_bytes = none,
         .selective_bytes = saved_activation_bytes(*layer, shape, Recompute::selective),
+        .sac_op_bytes = spec.arch != nullptr ? std::optional(saved_activation_bytes(
+                                                   *layer, shape, Recompute::sac_op))
+                                             : std::nullopt,
         .full_bytes = saved_activation_bytes(*layer, shape, Recompute::full),
         .full_peak_bytes = none,
     });

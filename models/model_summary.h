@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,9 @@ struct LayerActivations {
   int64_t parameters = 0;  // per layer
   double none_bytes = 0;
   double selective_bytes = 0;
-  double full_bytes = 0;       // kept: the layer input
-  double full_peak_bytes = 0;  // while its backward re-runs the forward (= none_bytes)
+  std::optional<double> sac_op_bytes;  // transformer and MoE models (sac_op counts matmuls)
+  double full_bytes = 0;               // kept: the layer input
+  double full_peak_bytes = 0;          // while its backward re-runs the forward (= none_bytes)
 };
 
 // What `shardplan describe` reports about a model for one micro-batch shape.
@@ -31,6 +33,7 @@ struct ModelSummary {
   double executed_flops_per_token = 0;  // causal halving, flash backward 2.5×, no recompute
   double recompute_flops_per_token_selective = 0;  // extra forward work per recompute mode
   double recompute_flops_per_token_full = 0;
+  std::optional<double> recompute_flops_per_token_sac_op;
   std::vector<LayerActivations> layers;    // one entry per distinct kind of layer
   double other_activation_bytes = 0;       // outside the layers (embedding, head, loss)
   double total_activation_bytes_none = 0;  // one micro-batch, all layers + the rest

@@ -226,6 +226,21 @@ TEST(DescribeFlagsTest, RecomputeLowersActivations) {
   EXPECT_DOUBLE_EQ(persistent_bytes(full), persistent_bytes(none));
 }
 
+// torchtitan's per-op policy is a column for models shardplan builds (8h + 2kv + 2F + 4a
+// bytes per token per Llama 3 8B layer), absent for captured ones (nothing to count).
+TEST(DescribeFlagsTest, SacOpColumnWhereLayersAreBuilt) {
+  const nlohmann::json& built = describe({"--model", "llama3-8b", "--seq-len", "8192"});
+  const nlohmann::json& layer = built.at("summary").at("layers").at(0);
+  EXPECT_DOUBLE_EQ(layer.at("activation_bytes").at("sac_op").get<double>(),
+                   (8.0 * 4096 + 2.0 * 1024 + 2.0 * 14336 + 4.0 * 32) * 8192);
+  EXPECT_DOUBLE_EQ(built.at("summary").at("recompute_flops_per_token").at("sac_op").get<double>(),
+                   32 * 2.0 * (4096.0 * 1024 + 4096.0 * 4096 + 4096.0 * 14336));
+  const nlohmann::json& captured = describe(
+      {"--model", std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json"});
+  EXPECT_FALSE(captured.at("summary").at("layers").at(0).at("activation_bytes").contains("sac_op"));
+  EXPECT_FALSE(captured.at("summary").at("recompute_flops_per_token").contains("sac_op"));
+}
+
 TEST(DescribeFlagsTest, NoShardRaisesPersistentMemory) {
   const nlohmann::json& zero3 = describe({});
   const nlohmann::json& replicated = describe({"--set", "sharding_strategy=no_shard"});
