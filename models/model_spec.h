@@ -80,6 +80,7 @@ struct ModuleCost {
   Footprint eager_extra_saved_per_token;  // what eager PyTorch keeps beyond fused kernels
   Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
   Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks
+  bool bf16_under_fp8 = false;            // a GEMM that stays in BF16 when the job runs FP8
   Footprint input_per_token;      // activation entering the module (full recompute keeps it)
   double token_fraction = 1.0;    // share of tokens this module sees (MoE expert: k/E)
   std::vector<ModuleComm> comms;  // tensor- and context-parallel collectives

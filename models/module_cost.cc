@@ -103,6 +103,20 @@ double backward_flops_of_kind(const Module& module, const BatchShape& shape, Com
   });
 }
 
+double forward_bf16_gemm_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return m.cost.bf16_under_fp8 ? own_forward_flops(m, shape, true) * tokens_of(shape) * s : 0.0;
+  });
+}
+
+double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape) {
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return m.cost.bf16_under_fp8
+               ? own_forward_flops(m, shape, true) * m.cost.bwd_flops_factor * tokens_of(shape) * s
+               : 0.0;
+  });
+}
+
 std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape) {
   std::vector<GemmShape> out;
   std::function<void(const Module&, double)> walk = [&](const Module& m, double parent_share) {

@@ -59,6 +59,10 @@ double backward_flops(const Module& module, const BatchShape& shape);
 // The parts of forward_flops / backward_flops that modules of `kind` execute.
 double forward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
 double backward_flops_of_kind(const Module& module, const BatchShape& shape, ComputeKind kind);
+// The GEMM FLOPs of modules that stay in BF16 under FP8 (the output layer), forward and
+// backward.
+double forward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
+double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
 // One matmul of a forward pass: (m × k) · (k × n), m the tokens it sees.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;

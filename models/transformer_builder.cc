@@ -552,6 +552,10 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   // The output layer is column-parallel over the vocabulary: its input is gathered like a
   // block's (backward: re-gathered, and the input gradient reduce-scattered).
   Module head = linear("lm_head", a.hidden_size, vocab, false, a.dtype, true, {}, Split::column, r);
+  // FP8 recipes leave the output layer in BF16: Megatron builds it as its own
+  // ColumnParallelLinear, outside Transformer Engine's fp8_autocast modules; torchtitan's
+  // Float8 conversion filters it out (filter_fqns "output").
+  head.cost.bf16_under_fp8 = true;
   if (a.tie_embeddings) {
     head.parameters.clear();  // uses embed_tokens.weight
     head.type = "Linear(tied to embed_tokens.weight)";

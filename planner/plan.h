@@ -135,6 +135,8 @@ struct PlanSegment {
   double backward_flops = 0;            // one micro-batch; with selective recompute, the re-run too
   double forward_attention_flops = 0;   // the part of forward_flops run by attention kernels
   double backward_attention_flops = 0;  // the part of backward_flops run by attention kernels
+  double forward_bf16_gemm_flops = 0;   // GEMM FLOPs that stay in BF16 under FP8 (output layer)
+  double backward_bf16_gemm_flops = 0;
   double io_bytes = 0;  // activation bytes read + written by memory-bound work (forward)
   std::vector<GemmShape>
       gemms;  // the forward's matmuls (m tokens, n out, k in); backward runs two per
@@ -179,6 +181,7 @@ struct PlanOp {
   double bytes = 0;  // collectives: message size as nccl-tests counts it; compute: HBM traffic
   double flops = 0;
   double attention_flops = 0;   // the part of `flops` run by attention kernels
+  double bf16_gemm_flops = 0;   // the part of `flops` in GEMMs that stay BF16 under FP8
   int64_t group = -1;           // collectives: index into Plan::process_groups; -1 otherwise
   std::vector<int64_t> deps;    // ops that must finish first (ids below this op's)
   std::vector<int64_t> reads;   // buffer ids

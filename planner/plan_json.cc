@@ -80,6 +80,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"backward_flops", s.backward_flops},
                         {"forward_attention_flops", s.forward_attention_flops},
                         {"backward_attention_flops", s.backward_attention_flops},
+                        {"forward_bf16_gemm_flops", s.forward_bf16_gemm_flops},
+                        {"backward_bf16_gemm_flops", s.backward_bf16_gemm_flops},
                         {"io_bytes", s.io_bytes},
                         {"gemms", gemms_json(s.gemms)},
                         {"activation_bytes", s.activation_bytes},
@@ -121,6 +123,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                    {"bytes", o.bytes},
                    {"flops", o.flops},
                    {"attention_flops", o.attention_flops},
+                   {"bf16_gemm_flops", o.bf16_gemm_flops},
                    {"group", o.group},
                    {"deps", ids(o.deps)},
                    {"reads", ids(o.reads)},
@@ -205,25 +208,33 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
-                   "forward_attention_flops", "backward_attention_flops", "io_bytes", "gemms",
-                   "activation_bytes", "full_activation_bytes", "checkpointed", "workspace_bytes"});
-    plan.segments.push_back(
-        PlanSegment{.id = s.integer("id"),
-                    .unit = s.integer("unit"),
-                    .label = s.string("label"),
-                    .modules = s.strings("modules"),
-                    .forward_flops = s.non_negative_number("forward_flops"),
-                    .backward_flops = s.non_negative_number("backward_flops"),
-                    .forward_attention_flops = s.non_negative_number("forward_attention_flops"),
-                    .backward_attention_flops = s.non_negative_number("backward_attention_flops"),
-                    .io_bytes = s.non_negative_number("io_bytes"),
-                    .gemms = gemms_from(s),
-                    .activation_bytes = s.non_negative_number("activation_bytes"),
-                    .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
-                    .checkpointed = s.boolean("checkpointed"),
-                    // Optional: plans written before it existed held no workspace.
-                    .workspace_bytes =
-                        s.has("workspace_bytes") ? s.non_negative_number("workspace_bytes") : 0.0});
+                   "forward_attention_flops", "backward_attention_flops", "forward_bf16_gemm_flops",
+                   "backward_bf16_gemm_flops", "io_bytes", "gemms", "activation_bytes",
+                   "full_activation_bytes", "checkpointed", "workspace_bytes"});
+    plan.segments.push_back(PlanSegment{
+        .id = s.integer("id"),
+        .unit = s.integer("unit"),
+        .label = s.string("label"),
+        .modules = s.strings("modules"),
+        .forward_flops = s.non_negative_number("forward_flops"),
+        .backward_flops = s.non_negative_number("backward_flops"),
+        .forward_attention_flops = s.non_negative_number("forward_attention_flops"),
+        .backward_attention_flops = s.non_negative_number("backward_attention_flops"),
+        // Optional, as every field added since plan.json version 5.
+        .forward_bf16_gemm_flops = s.has("forward_bf16_gemm_flops")
+                                       ? s.non_negative_number("forward_bf16_gemm_flops")
+                                       : 0.0,
+        .backward_bf16_gemm_flops = s.has("backward_bf16_gemm_flops")
+                                        ? s.non_negative_number("backward_bf16_gemm_flops")
+                                        : 0.0,
+        .io_bytes = s.non_negative_number("io_bytes"),
+        .gemms = gemms_from(s),
+        .activation_bytes = s.non_negative_number("activation_bytes"),
+        .full_activation_bytes = s.non_negative_number("full_activation_bytes"),
+        .checkpointed = s.boolean("checkpointed"),
+        // Optional: plans written before it existed held no workspace.
+        .workspace_bytes =
+            s.has("workspace_bytes") ? s.non_negative_number("workspace_bytes") : 0.0});
   }
   for (const JsonReader& b : r.objects("buffers")) {
     b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes",
@@ -250,7 +261,8 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes",
-                   "flops", "attention_flops", "group", "deps", "reads", "writes"});
+                   "flops", "attention_flops", "bf16_gemm_flops", "group", "deps", "reads",
+                   "writes"});
     plan.ops.push_back(
         PlanOp{.id = o.integer("id"),
                .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
@@ -262,12 +274,16 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                .bytes = o.non_negative_number("bytes"),
                .flops = o.non_negative_number("flops"),
                .attention_flops = o.non_negative_number("attention_flops"),
+               .bf16_gemm_flops =
+                   o.has("bf16_gemm_flops") ? o.non_negative_number("bf16_gemm_flops") : 0.0,
                .group = o.integer("group"),
                .deps = o.integers("deps"),
                .reads = o.integers("reads"),
                .writes = o.integers("writes")});
     if (plan.ops.back().attention_flops > plan.ops.back().flops)
       o.fail("attention_flops", "exceeds the op's flops");
+    if (plan.ops.back().attention_flops + plan.ops.back().bf16_gemm_flops > plan.ops.back().flops)
+      o.fail("bf16_gemm_flops", "with attention_flops exceeds the op's flops");
   }
   return plan;
 }

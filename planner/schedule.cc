@@ -163,6 +163,7 @@ class ScheduleBuilder {
                   .bytes = seg.io_bytes,
                   .flops = seg.forward_flops,
                   .attention_flops = seg.forward_attention_flops,
+                  .bf16_gemm_flops = seg.forward_bf16_gemm_flops,
                   .deps = std::move(deps),
                   .reads = std::move(reads),
                   .writes = std::move(writes)};
@@ -478,6 +479,7 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
                           .bytes = 2.0 * seg.io_bytes,
                           .flops = seg.backward_flops,
                           .attention_flops = seg.backward_attention_flops,
+                          .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
                           .deps = std::move(deps),
                           .reads = std::move(reads),
                           .writes = std::move(writes)},

@@ -192,6 +192,8 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.forward_attention_flops += forward_flops_of_kind(*t.module, shape, ComputeKind::attention);
     for (const GemmShape& g : forward_gemms(*t.module, shape)) s.gemms.push_back(g);
     s.backward_attention_flops += backward_flops_of_kind(*t.module, shape, ComputeKind::attention);
+    s.forward_bf16_gemm_flops += forward_bf16_gemm_flops(*t.module, shape);
+    s.backward_bf16_gemm_flops += backward_bf16_gemm_flops(*t.module, shape);
     // Selective recompute re-runs the marked modules (core attention) inside backward,
     // sac_op the even-numbered matmuls of each checkpointed layer.
     if (recompute == Recompute::selective || (recompute == Recompute::sac_op && s.checkpointed)) {

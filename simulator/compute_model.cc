@@ -23,15 +23,18 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
       // Tensor-core work slows with the clocks a power limit allows; memory-bound work is
       // taken as unchanged.
       const double share = power_limited_compute_share(gpu);
-      const double gemm_rate = share * (fp8 ? gpu.fp8_dense_flops * e.fp8_gemm_efficiency
-                                            : gpu.bf16_dense_flops * e.gemm_efficiency);
+      const double bf16_rate = share * gpu.bf16_dense_flops * e.gemm_efficiency;
+      const double gemm_rate =
+          fp8 ? share * gpu.fp8_dense_flops * e.fp8_gemm_efficiency : bf16_rate;
       const double attention_efficiency = plan.config.stack == Stack::megatron_te
                                               ? e.attention_efficiency
                                               : e.sdpa_attention_efficiency;
       const double attention_rate = share * gpu.bf16_dense_flops * attention_efficiency;
-      const double gemm = std::max(op.flops - op.attention_flops, 0.0);
+      // The output layer's GEMMs stay in BF16 under FP8.
+      const double bf16_gemm = fp8 ? op.bf16_gemm_flops : 0.0;
+      const double gemm = std::max(op.flops - op.attention_flops - bf16_gemm, 0.0);
       const double seconds =
-          gemm / gemm_rate + op.attention_flops / attention_rate +
+          gemm / gemm_rate + bf16_gemm / bf16_rate + op.attention_flops / attention_rate +
           op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.elementwise_efficiency);
       return {.seconds = seconds};
     }

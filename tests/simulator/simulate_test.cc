@@ -101,6 +101,40 @@ TEST(Simulate, AttentionEfficiencyFollowsTheStack) {
   EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.25, 1e-12);
 }
 
+// Under FP8 the output layer's GEMMs stay in BF16 (Megatron builds it outside Transformer
+// Engine; torchtitan filters it out of the Float8 conversion): its FLOPs run at the BF16
+// rate, the rest of the GEMMs at the FP8 rate. The plan marks them on the loss segment's
+// forward and backward ops: 2·h·V per token forward, twice that backward.
+TEST(Simulate, OutputLayerStaysBf16UnderFp8) {
+  PlanMaker m;
+  m.add({.stream = Stream::compute,
+         .kind = OpKind::forward,
+         .flops = 3e12,
+         .attention_flops = 1e12,
+         .bf16_gemm_flops = 1e12},
+        {});
+  ClusterSpec c = toy_cluster();
+  c.gpu.fp8_dense_flops = 2e12;
+  c.compute.fp8_gemm_efficiency = 1;
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 3.0, 1e-12);  // all BF16
+  m.plan.config.fp8 = true;
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 1.0 / 2.0 + 1.0 + 1.0, 1e-12);
+
+  const ModelSpec model = load_model("llama3-8b");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 8);
+  FsdpConfig config;
+  config.fp8_param_gather = true;
+  const Plan plan = build_plan(model, cluster, resolve_fsdp_config(config, model, cluster, "t"));
+  const double head = 2.0 * 4096 * 128256 * 8192;
+  double forward = 0, backward = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (op.kind == OpKind::forward) forward += op.bf16_gemm_flops;
+    if (op.kind == OpKind::backward) backward += op.bf16_gemm_flops;
+  }
+  EXPECT_DOUBLE_EQ(forward, head);
+  EXPECT_DOUBLE_EQ(backward, 2.0 * head);
+}
+
 TEST(Simulate, CostsAreTheHandWorkedOnes) {
   PlanMaker m;
   m.compute(OpKind::forward, kF, {});
