@@ -117,7 +117,7 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
   // `--fp8` or the space file), never as a silent speed-up.
   s.fp8 = {fp8_compute(base)};
   s.double_buffer = {false};
-  s.allocators = {Allocator::caching};
+  s.allocators = {base.allocator};  // the allocator the job runs with (expandable, ...)
   return s;
 }
 

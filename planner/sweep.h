@@ -41,7 +41,7 @@ struct SearchSpace {
 // under 2 B parameters), every power-of-two dp_outer with both outer strategies, the
 // base bucket, prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a
 // global batch of 4 sequences per GPU, the base config's precision (FP8 only when it asks
-// for it), the caching allocator.
+// for it) and allocator.
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base);
 

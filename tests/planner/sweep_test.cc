@@ -333,6 +333,12 @@ TEST(Sweep, DefaultSpaceSpansTheMeshAndHoldsTheGlobalBatch) {
   FsdpConfig fp8_base;
   fp8_base.fp8 = true;
   EXPECT_EQ(default_search_space(big, cluster, fp8_base).fp8, (std::vector<bool>{true}));
+  // The allocator is the job's, not a choice the sweep makes.
+  EXPECT_EQ(s.allocators, (std::vector<Allocator>{Allocator::caching}));
+  FsdpConfig expandable_base;
+  expandable_base.allocator = Allocator::expandable;
+  EXPECT_EQ(default_search_space(big, cluster, expandable_base).allocators,
+            (std::vector<Allocator>{Allocator::expandable}));
 
   const ModelSpec explicit_model =
       load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json");
