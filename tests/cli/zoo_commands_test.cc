@@ -120,12 +120,14 @@ TEST(ModelsCommandTest, TinyParameterCountIsExact) {
   EXPECT_EQ(model.at("parameters").get<int64_t>(), static_cast<int64_t>(tiny_parameters()));
 }
 
-TEST(ModelsCommandTest, ListsExactlyTheNineZooModelsWithTheirFamilies) {
+TEST(ModelsCommandTest, ListsExactlyTheZooModelsWithTheirFamilies) {
   const std::map<std::string, std::string> expected = {
       {"gpt3-175b", "transformer"},     {"llama2-7b", "transformer"},
       {"llama2-13b", "transformer"},    {"llama2-70b", "transformer"},
       {"llama3.1-405b", "transformer"}, {"llama3-70b", "transformer"},
       {"llama3-8b", "transformer"},     {"mixtral-8x7b", "moe"},
+      {"mpt-7b", "transformer"},        {"mpt-13b", "transformer"},
+      {"mpt-30b", "transformer"},       {"mpt-70b", "transformer"},
       {"tiny", "transformer"}};
   std::map<std::string, std::string> listed;
   for (const nlohmann::json& m : models_json().at("models")) {

@@ -26,24 +26,26 @@ TEST_P(PublishedCount, WithinHalfAPercent) {
   EXPECT_NEAR(active_parameter_count(model.root) / active, 1.0, 0.005) << p.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Zoo, PublishedCount,
-                         ::testing::Values(Published{"llama2-7b", 6.74e9, 0},
-                                           // Hugging Face safetensors totals: 13,015,864,320
-                                           // and 68,976,648,192.
-                                           Published{"llama2-13b", 13.016e9, 0},
-                                           Published{"llama2-70b", 68.977e9, 0},
-                                           Published{"llama3-8b", 8.03e9, 0},
-                                           Published{"llama3-70b", 70.55e9, 0},
-                                           Published{"llama3.1-405b", 405.85e9, 0},
-                                           Published{"mixtral-8x7b", 46.70e9, 12.88e9},
-                                           Published{"gpt3-175b", 174.6e9, 0}),
-                         [](const auto& test_info) {
-                           std::string name = test_info.param.name;
-                           for (char& c : name) {
-                             if (c == '-' || c == '.') c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Zoo, PublishedCount,
+    ::testing::Values(Published{"llama2-7b", 6.74e9, 0},
+                      // Hugging Face safetensors totals: 13,015,864,320
+                      // and 68,976,648,192.
+                      Published{"llama2-13b", 13.016e9, 0}, Published{"llama2-70b", 68.977e9, 0},
+                      // llm-foundry's NumParams at seq_len 2048.
+                      Published{"mpt-7b", 6658859008.0, 0}, Published{"mpt-13b", 12853954560.0, 0},
+                      Published{"mpt-30b", 29975214080.0, 0},
+                      Published{"mpt-70b", 64862437376.0, 0}, Published{"llama3-8b", 8.03e9, 0},
+                      Published{"llama3-70b", 70.55e9, 0}, Published{"llama3.1-405b", 405.85e9, 0},
+                      Published{"mixtral-8x7b", 46.70e9, 12.88e9},
+                      Published{"gpt3-175b", 174.6e9, 0}),
+    [](const auto& test_info) {
+      std::string name = test_info.param.name;
+      for (char& c : name) {
+        if (c == '-' || c == '.') c = '_';
+      }
+      return name;
+    });
 
 TEST(Zoo, TinyCountWorkedByHand) {
   // vocab 512, hidden 64, 4 layers, 4 heads of 16, 2 kv heads (kv dim 32), ffn 176.
@@ -56,7 +58,7 @@ TEST(Zoo, TinyCountWorkedByHand) {
 
 TEST(Zoo, EveryEntryLoadsAndNamesItsSource) {
   const auto names = model_zoo_names();
-  ASSERT_EQ(names.size(), 9u);
+  ASSERT_EQ(names.size(), 13u);
   for (const std::string& name : names) {
     const ModelSpec model = load_model(name);
     EXPECT_EQ(model.name, name) << "the file stem and the name field must agree";
