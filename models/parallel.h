@@ -28,6 +28,10 @@ struct ModelParallel {
   bool sequence_parallel = false;
   int64_t cp = 1;
   CpComm cp_comm = CpComm::p2p;
+  // The cross entropy on each rank's vocabulary shard (Megatron's VocabParallelCrossEntropy,
+  // torchtitan's loss_parallel); false: the logits are all-gathered to every tensor-parallel
+  // rank first (PyTorch's ColwiseParallel output head with output_layouts=Replicate).
+  bool vocab_parallel_loss = true;
 
   bool trivial() const { return tp == 1 && cp == 1; }
 };

@@ -561,7 +561,9 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
     head.type = "Linear(tied to embed_tokens.weight)";
   }
   // The logits stay split over the vocabulary, so only the input side of a block's
-  // collectives runs.
+  // collectives runs; without a vocabulary-parallel loss they are all-gathered to every
+  // rank first (its backward takes the rank's slice of the gradient: no collective).
+  const bool gathered_logits = p.tp > 1 && !p.vocab_parallel_loss;
   if (p.tp > 1 && p.sequence_parallel) {
     head.cost.comms = {
         comm(CommPhase::forward, CommKind::all_gather, MeshAxis::tp, elements(h)),
@@ -570,7 +572,12 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   } else if (p.tp > 1) {
     head.cost.comms = {comm(CommPhase::backward, CommKind::all_reduce, MeshAxis::tp, elements(h))};
   }
+  if (gathered_logits) {
+    head.cost.comms.push_back(
+        comm(CommPhase::forward, CommKind::all_gather, MeshAxis::tp, elements(d(vocab))));
+  }
   root.children.push_back(std::move(head));
+  const double loss_vocab = gathered_logits ? d(vocab) : local_vocab;
 
   // Cross entropy keeps the fp32 softmax of the logits (Korthikanti et al.: 4·s·b·v) and
   // the int64 labels. Vocabulary-parallel (Megatron's VocabParallelCrossEntropy): each rank
@@ -578,18 +585,18 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   // logit and the sum of exponentials.
   Module loss{.name = "loss", .type = "CrossEntropy"};
   loss.cost.kind = ComputeKind::elementwise;
-  loss.cost.fwd_io_elements_per_token = 2.0 * local_vocab;
-  loss.cost.saved_per_token = fixed(4.0 * local_vocab + 8.0);
-  loss.cost.input_per_token = elements(local_vocab);
+  loss.cost.fwd_io_elements_per_token = 2.0 * loss_vocab;
+  loss.cost.saved_per_token = fixed(4.0 * loss_vocab + 8.0);
+  loss.cost.input_per_token = elements(loss_vocab);
   // Beyond the saved softmax: Megatron's fused cross entropy holds the bf16 logits while it
   // casts them to fp32 and computes the gradient in place on the softmax
   // (megatron/core/tensor_parallel/cross_entropy.py); PyTorch's
   // cross_entropy(logits.float()) holds, in backward, the fp32 gradient of the log-softmax
   // output and the fp32 input gradient beside the saved log-softmax (8 bytes per
   // vocabulary entry; the forward holds 6: the bf16 logits and their fp32 copy).
-  loss.cost.workspace_per_token = elements(local_vocab);
-  loss.cost.pytorch_workspace_per_token = fixed(8.0 * local_vocab);
-  if (p.tp > 1) {
+  loss.cost.workspace_per_token = elements(loss_vocab);
+  loss.cost.pytorch_workspace_per_token = fixed(8.0 * loss_vocab);
+  if (p.tp > 1 && !gathered_logits) {
     loss.cost.comms = {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, fixed(4.0), 3)};
   }
   root.children.push_back(std::move(loss));

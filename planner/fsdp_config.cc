@@ -77,7 +77,8 @@ ModelParallel model_parallel(const FsdpConfig& config) {
   return {.tp = config.tp,
           .sequence_parallel = sequence_parallel(config),
           .cp = config.cp,
-          .cp_comm = config.cp_comm};
+          .cp_comm = config.cp_comm,
+          .vocab_parallel_loss = config.vocab_parallel_loss};
 }
 
 std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text) {
@@ -122,6 +123,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "tp",
                                                 "sequence_parallel",
                                                 "tp_comm_overlap",
+                                                "vocab_parallel_loss",
                                                 "cp",
                                                 "cp_comm",
                                                 "outer_strategy",
@@ -200,6 +202,9 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
   if (c.sequence_parallel.value_or(false) && c.tp == 1) {
     fail("sequence_parallel", "splits activations over tensor-parallel ranks; set tp > 1");
   }
+  if (!c.vocab_parallel_loss && c.tp == 1) {
+    fail("vocab_parallel_loss", "gathers the logits over tensor-parallel ranks; set tp > 1");
+  }
   if (c.tp_comm_overlap && !sequence_parallel(c)) {
     fail("tp_comm_overlap",
          c.tp == 1 ? std::string("overlaps tensor-parallel collectives; set tp > 1")
@@ -276,6 +281,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.tp = r.integer_in_or("tp", 1, limits::kMaxGpus, c.tp);
   if (r.has("sequence_parallel")) c.sequence_parallel = r.boolean("sequence_parallel");
   c.tp_comm_overlap = r.boolean_or("tp_comm_overlap", c.tp_comm_overlap);
+  c.vocab_parallel_loss = r.boolean_or("vocab_parallel_loss", c.vocab_parallel_loss);
   c.cp = r.integer_in_or("cp", 1, limits::kMaxGpus, c.cp);
   if (r.has("cp_comm")) {
     const std::string text = r.string("cp_comm");
@@ -352,6 +358,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["tp"] = c.tp;
   if (c.tp > 1 || c.sequence_parallel.has_value()) j["sequence_parallel"] = sequence_parallel(c);
   j["tp_comm_overlap"] = c.tp_comm_overlap;
+  if (!c.vocab_parallel_loss) j["vocab_parallel_loss"] = false;
   j["cp"] = c.cp;
   if (c.cp > 1) j["cp_comm"] = cp_comm_name(c.cp_comm);
   j["outer_strategy"] = outer_strategy_name(c.outer_strategy);

@@ -41,8 +41,9 @@ struct FsdpConfig {
   // Sequence parallelism across the tp ranks; unset: on when tp > 1 (Megatron-FSDP's
   // examples always pass --sequence-parallel with TP). Read it with sequence_parallel().
   std::optional<bool> sequence_parallel;
-  bool tp_comm_overlap = false;  // Transformer Engine's userbuffer overlap of TP collectives
-  int64_t cp = 1;                // context-parallel ranks each sequence is split over
+  bool tp_comm_overlap = false;     // Transformer Engine's userbuffer overlap of TP collectives
+  bool vocab_parallel_loss = true;  // false: logits all-gathered over tp before the loss
+  int64_t cp = 1;                   // context-parallel ranks each sequence is split over
   CpComm cp_comm = CpComm::p2p;
   OuterStrategy outer_strategy = OuterStrategy::no_shard;
   std::vector<std::string> unit_modules;  // module-name patterns; empty = the model's own

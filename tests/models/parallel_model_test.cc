@@ -90,6 +90,37 @@ TEST(ParallelModel, MegatronPadsTheVocabularyTo128TimesTp) {
   EXPECT_EQ(padded_vocab_size(50257, 2), 50432);  // GPT-2: 197 × 256
 }
 
+// The loss on each rank's vocabulary shard (Megatron, torchtitan's loss_parallel) keeps
+// 4·V/t + 8 bytes per token; with the logits all-gathered first (PyTorch's ColwiseParallel
+// head with Replicate output, as KempnerForge runs it) 4·V + 8, one forward all-gather of
+// V bf16 elements per token on the head, and no vocabulary all-reduces.
+TEST(ParallelModel, GatheredLogitsKeepTheWholeVocabulary) {
+  const ModelSpec whole = load_model("llama3-8b");
+  const double vocab = 128256, tokens = 4096;
+  const BatchShape shape{.micro_batch = 1, .seq_len = 4096};
+  for (const bool vocab_parallel : {true, false}) {
+    const ModelSpec rank = parallel_model(
+        whole, {.tp = 2, .sequence_parallel = true, .vocab_parallel_loss = vocab_parallel});
+    const Module* loss = find_module(rank.root, "loss");
+    const Module* head = find_module(rank.root, "lm_head");
+    ASSERT_NE(loss, nullptr);
+    ASSERT_NE(head, nullptr);
+    const double kept_vocab = vocab_parallel ? vocab / 2 : vocab;
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
+                     (4.0 * kept_vocab + 8.0) * tokens);
+    int64_t logit_gathers = 0;
+    for (const ModuleComm& c : head->cost.comms) {
+      if (c.phase == CommPhase::forward && c.kind == CommKind::all_gather &&
+          c.per_token.elements == vocab) {
+        ++logit_gathers;
+        EXPECT_DOUBLE_EQ(comm_bytes(*head, c, shape), 2.0 * vocab * tokens);
+      }
+    }
+    EXPECT_EQ(logit_gathers, vocab_parallel ? 0 : 1);
+    EXPECT_EQ(loss->cost.comms.empty(), !vocab_parallel);
+  }
+}
+
 TEST(ParallelModel, FlopsAreSharedByTheTpTimesCpRanks) {
   const ModelSpec whole = build_transformer(gpt(), "gpt", "test");
   const BatchShape full{.micro_batch = 2, .seq_len = 4096};

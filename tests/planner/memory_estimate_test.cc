@@ -216,6 +216,13 @@ TEST(MemoryEstimate, RecomputePolicyErrorsNameTheField) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "/recompute_every");
   }
+  try {
+    fsdp_config_from_json({{"vocab_parallel_loss", false}}, "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/vocab_parallel_loss");
+    EXPECT_NE(e.reason().find("tp > 1"), std::string::npos);
+  }
   const ModelSpec captured =
       load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/captured_llama_small.json");
   const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
