@@ -77,6 +77,7 @@ struct ModuleCost {
   bool sac_op_recompute = false;          // re-run under sac_op (an even-numbered matmul)
   Footprint sac_op_kept_per_token;        // what stays saved under sac_op (0 outside a layer)
   Footprint output_per_token;             // a matmul's output (sac_op keeps the odd ones')
+  Footprint grad_output_per_token;        // its gradient as it arrives (a sequence-parallel shard)
   Footprint eager_extra_saved_per_token;  // what eager PyTorch keeps beyond fused kernels
   Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
   Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks

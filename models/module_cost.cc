@@ -117,6 +117,24 @@ double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape) {
   });
 }
 
+Fp8CastBytes fp8_cast_bytes(const Module& module, const BatchShape& shape) {
+  Fp8CastBytes out;
+  if (!shape.fp8) return out;
+  constexpr double kCastBytesPerElement = 4.0;
+  const double tokens = tokens_of(shape);
+  sum_tree(module, 1.0, [&](const Module& m, double s) {
+    if (m.cost.kind != ComputeKind::gemm || m.cost.bf16_under_fp8 || m.parameters.empty())
+      return 0.0;
+    // Under sequence parallelism both stacks cast the shard and gather it in FP8, so the
+    // casts see a column-parallel input and a row-parallel output gradient once per rank's
+    // share of the tokens.
+    out.forward += kCastBytesPerElement * m.cost.input_per_token.elements * tokens * s;
+    out.backward += kCastBytesPerElement * m.cost.grad_output_per_token.elements * tokens * s;
+    return 0.0;
+  });
+  return out;
+}
+
 std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape) {
   std::vector<GemmShape> out;
   std::function<void(const Module&, double)> walk = [&](const Module& m, double parent_share) {

@@ -63,6 +63,17 @@ double backward_flops_of_kind(const Module& module, const BatchShape& shape, Com
 // backward.
 double forward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
 double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
+// The HBM bytes FP8 GEMMs add on one micro-batch (0 unless shape.fp8): each FP8 matmul's
+// input is cast in forward and its output gradient in backward, at 4 bytes per element —
+// read bf16 (2), write the FP8 copy and, on Hopper, its transpose (1 + 1) in one pass
+// (Transformer Engine's cast_transpose; torchao's compiled tensorwise cast moves the same 4
+// with the amax fused, docs/research/fp8.md). Under sequence parallelism the casts run on
+// the rank's shard before the FP8 all-gather. Output-layer matmuls stay BF16.
+struct Fp8CastBytes {
+  double forward = 0;
+  double backward = 0;
+};
+Fp8CastBytes fp8_cast_bytes(const Module& module, const BatchShape& shape);
 // One matmul of a forward pass: (m × k) · (k × n), m the tokens it sees.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;

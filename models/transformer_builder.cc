@@ -86,8 +86,11 @@ Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType
   m.cost.saved_per_token = saves_input ? elements(in_kept) : Footprint{};
   m.cost.saved_per_token += scaled(extra_saved, r.seq);
   m.cost.input_per_token = elements(in_kept);
-  // A row-parallel output is the partial sum over every token, before its reduction.
+  // A row-parallel output is the partial sum over every token, before its reduction; its
+  // gradient arrives as the sequence-parallel shard (gathered for the GEMM).
   m.cost.output_per_token = elements(d(local_out) * token_share);
+  m.cost.grad_output_per_token =
+      split == Split::row ? elements(d(out) / r.seq) : m.cost.output_per_token;
   return m;
 }
 

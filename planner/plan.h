@@ -138,6 +138,8 @@ struct PlanSegment {
   double forward_bf16_gemm_flops = 0;   // GEMM FLOPs that stay in BF16 under FP8 (output layer)
   double backward_bf16_gemm_flops = 0;
   double io_bytes = 0;  // activation bytes read + written by memory-bound work (forward)
+  double fp8_cast_forward_bytes = 0;   // FP8 casts of the matmul inputs (forward, fp8 only)
+  double fp8_cast_backward_bytes = 0;  // ... and of their output gradients (backward)
   std::vector<GemmShape>
       gemms;  // the forward's matmuls (m tokens, n out, k in); backward runs two per
   double activation_bytes = 0;       // saved for backward under the config's recompute

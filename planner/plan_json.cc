@@ -83,6 +83,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"forward_bf16_gemm_flops", s.forward_bf16_gemm_flops},
                         {"backward_bf16_gemm_flops", s.backward_bf16_gemm_flops},
                         {"io_bytes", s.io_bytes},
+                        {"fp8_cast_forward_bytes", s.fp8_cast_forward_bytes},
+                        {"fp8_cast_backward_bytes", s.fp8_cast_backward_bytes},
                         {"gemms", gemms_json(s.gemms)},
                         {"activation_bytes", s.activation_bytes},
                         {"full_activation_bytes", s.full_activation_bytes},
@@ -209,8 +211,9 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
                    "forward_attention_flops", "backward_attention_flops", "forward_bf16_gemm_flops",
-                   "backward_bf16_gemm_flops", "io_bytes", "gemms", "activation_bytes",
-                   "full_activation_bytes", "checkpointed", "workspace_bytes"});
+                   "backward_bf16_gemm_flops", "io_bytes", "fp8_cast_forward_bytes",
+                   "fp8_cast_backward_bytes", "gemms", "activation_bytes", "full_activation_bytes",
+                   "checkpointed", "workspace_bytes"});
     plan.segments.push_back(PlanSegment{
         .id = s.integer("id"),
         .unit = s.integer("unit"),
@@ -228,6 +231,11 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                                         ? s.non_negative_number("backward_bf16_gemm_flops")
                                         : 0.0,
         .io_bytes = s.non_negative_number("io_bytes"),
+        .fp8_cast_forward_bytes =
+            s.has("fp8_cast_forward_bytes") ? s.non_negative_number("fp8_cast_forward_bytes") : 0.0,
+        .fp8_cast_backward_bytes = s.has("fp8_cast_backward_bytes")
+                                       ? s.non_negative_number("fp8_cast_backward_bytes")
+                                       : 0.0,
         .gemms = gemms_from(s),
         .activation_bytes = s.non_negative_number("activation_bytes"),
         .full_activation_bytes = s.non_negative_number("full_activation_bytes"),

@@ -206,6 +206,9 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
       io_elements += m.cost.fwd_io_elements_per_token * m.cost.token_fraction;
     });
     s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);
+    const Fp8CastBytes casts = fp8_cast_bytes(*t.module, shape);
+    s.fp8_cast_forward_bytes += casts.forward;
+    s.fp8_cast_backward_bytes += casts.backward;
     const double none = saved_activation_bytes(*t.module, shape, Recompute::none);
     s.full_activation_bytes += none;
     // Modules that are not checkpointed keep their activations under full, sac_layer and

@@ -258,6 +258,34 @@ TEST(ModuleCost, LossWorkspaceByStack) {
   EXPECT_EQ(workspace_bytes(*layer, shape), 0.0);
 }
 
+// FP8 casts by hand on a Llama 3 8B layer: 4 bytes per element of every matmul input in
+// forward (q, k, v and the two MLP projections read h, o reads q = h, down reads F: 6h + F)
+// and of every output gradient in backward (q h, k and v kv each, o h, gate and up F each,
+// down h: 3h + 2kv + 2F); nothing without FP8, nothing for the BF16 output layer.
+TEST(ModuleCost, Fp8CastBytesByHand) {
+  const double h = 4096, kv = 1024, f = 14336, tokens = 8192;
+  const ModelSpec model = load_model("llama3-8b");
+  const Module* layer = find_module(model.root, "layers.0");
+  const Module* head = find_module(model.root, "lm_head");
+  ASSERT_NE(layer, nullptr);
+  ASSERT_NE(head, nullptr);
+  BatchShape shape{.micro_batch = 1, .seq_len = 8192};
+  EXPECT_EQ(fp8_cast_bytes(*layer, shape).forward, 0.0);
+  shape.fp8 = true;
+  const Fp8CastBytes casts = fp8_cast_bytes(*layer, shape);
+  EXPECT_DOUBLE_EQ(casts.forward, 4.0 * (6 * h + f) * tokens);
+  EXPECT_DOUBLE_EQ(casts.backward, 4.0 * (3 * h + 2 * kv + 2 * f) * tokens);
+  EXPECT_EQ(fp8_cast_bytes(*head, shape).forward, 0.0);
+  // tp 2 with sequence parallelism: the casts run on the shards before the FP8 gathers and
+  // on the local column outputs, so every term halves.
+  const ModelSpec rank = parallel_model(model, {.tp = 2, .sequence_parallel = true});
+  const Module* split = find_module(rank.root, "layers.0");
+  ASSERT_NE(split, nullptr);
+  const Fp8CastBytes halves = fp8_cast_bytes(*split, shape);
+  EXPECT_DOUBLE_EQ(halves.forward, casts.forward / 2);
+  EXPECT_DOUBLE_EQ(halves.backward, casts.backward / 2);
+}
+
 TEST(ModuleCost, GemmShapesAddUpToTheGemmFlops) {
   for (const char* name : {"llama3-8b", "mixtral-8x7b"}) {
     const ModelSpec model = load_model(name);
