@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <set>
 
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
@@ -20,6 +20,10 @@ namespace shardplan {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+constexpr NameTable<MeasuredMemory, 3> kMemoryKinds = {{{MeasuredMemory::reserved, "reserved"},
+                                                        {MeasuredMemory::allocated, "allocated"},
+                                                        {MeasuredMemory::device, "device"}}};
 
 // A model or cluster named by the run: a zoo name, or a file relative to the runs file.
 std::string resolve_reference(const std::string& name, const std::string& runs_file) {
@@ -67,13 +71,11 @@ PublishedRun read_run(const JsonReader& r) {
   if (m.has("memory_kind")) {
     if (!run.memory_gib) m.fail("memory_kind", "given without memory_gib");
     const std::string kind = m.string("memory_kind");
-    const std::map<std::string, MeasuredMemory> kinds = {{"reserved", MeasuredMemory::reserved},
-                                                         {"allocated", MeasuredMemory::allocated},
-                                                         {"device", MeasuredMemory::device}};
-    const auto it = kinds.find(kind);
-    const std::vector<std::string> names = {"reserved", "allocated", "device"};
-    if (it == kinds.end()) m.fail("memory_kind", unknown_name_message("memory kind", kind, names));
-    run.memory_kind = it->second;
+    const std::optional<MeasuredMemory> parsed = value_of(kMemoryKinds, kind);
+    if (!parsed) {
+      m.fail("memory_kind", unknown_name_message("memory kind", kind, names_of(kMemoryKinds)));
+    }
+    run.memory_kind = *parsed;
   }
   return run;
 }
@@ -94,18 +96,6 @@ ErrorStats stats(std::vector<double> errors) {
 
 std::string percent(double error) {
   return fmt::format("{:+.0f} %", 100.0 * error);
-}
-
-std::string memory_kind_name(MeasuredMemory k) {
-  switch (k) {
-    case MeasuredMemory::reserved:
-      return "reserved";
-    case MeasuredMemory::allocated:
-      return "allocated";
-    case MeasuredMemory::device:
-      return "device";
-  }
-  return "";
 }
 
 // Markdown table cells must not break the row.
@@ -231,7 +221,7 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
                 memory_error = "—";
     if (run.memory_gib) {
       measured_memory =
-          fmt::format("{:.1f} ({})", *run.memory_gib, memory_kind_name(run.memory_kind));
+          fmt::format("{:.1f} ({})", *run.memory_gib, name_of(kMemoryKinds, run.memory_kind));
       memory_error = percent(*r.memory_error);
     }
     if (!r.fits) predicted_memory += " (does not fit)";
