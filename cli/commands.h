@@ -110,6 +110,17 @@ struct CompareParams {
   bool json = false;
 };
 
+struct CalibrateParams {
+  std::string cluster;                  // zoo name or file to calibrate
+  std::vector<std::string> nccl_tests;  // nccl-tests logs
+  std::string nccl_algorithm;           // the NCCL_ALGO they ran with; empty = NCCL's choice
+  std::vector<std::string> probes;      // probe.json files
+  std::string plan;                     // plan.json of the measured timelines
+  std::vector<std::string> measured;    // timeline.json from execute
+  std::string output;                   // calibrated cluster file; empty = report only
+  bool json = false;
+};
+
 struct TraceImportParams {
   std::string input;     // Kineto Chrome trace, .json or .json.gz
   std::string output;    // the imported step (StepTrace, collectives, module times)
@@ -130,6 +141,7 @@ int run_pack(const PackParams& params, std::ostream& out);
 int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
 int run_compare(const CompareParams& params, std::ostream& out);
+int run_calibrate(const CalibrateParams& params, std::ostream& out);
 int run_trace_import(const TraceImportParams& params, std::ostream& out);
 // Initialises and finalises MPI itself; run it under mpirun with the plan's GPU count.
 int run_execute(const ExecuteParams& params, std::ostream& out, std::ostream& err);

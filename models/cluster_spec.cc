@@ -10,6 +10,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/name_table.h"
 #include "models/suggest.h"
 
 namespace shardplan {
@@ -31,6 +32,57 @@ constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;  // 16 TiB; B300 has 288 GB
 constexpr int64_t kMaxSms = 4096;                   // H100 has 132, B200 148
 constexpr double kMinWatts = 50;                    // below any datacenter GPU's minimum limit
 constexpr double kMaxWatts = 5000;                  // GB300 boards are 1400 W
+
+constexpr NameTable<NcclAlgorithm, 4> kAlgorithmNames = {{{NcclAlgorithm::ring, "ring"},
+                                                          {NcclAlgorithm::tree, "tree"},
+                                                          {NcclAlgorithm::nvls, "nvls"},
+                                                          {NcclAlgorithm::p2p, "p2p"}}};
+constexpr NameTable<NcclProtocol, 3> kProtocolNames = {
+    {{NcclProtocol::ll, "LL"}, {NcclProtocol::ll128, "LL128"}, {NcclProtocol::simple, "Simple"}}};
+constexpr NameTable<NetworkTier, 2> kTierNames = {
+    {{NetworkTier::intra_node, "intra_node"}, {NetworkTier::inter_node, "inter_node"}}};
+
+// A fitted scale outside this range is a fit gone wrong or a hand edit's slip, not a
+// network: NCCL's own constants are within a few times of every measurement published.
+constexpr double kMinCalibrationScale = 1e-3;
+constexpr double kMaxCalibrationScale = 1e3;
+
+template <typename Enum, std::size_t N>
+Enum parse_name(const JsonReader& r, std::string_view key, const NameTable<Enum, N>& table) {
+  const std::string text = r.string(key);
+  const std::optional<Enum> value = value_of(table, text);
+  if (!value) {
+    r.fail(key, unknown_name_message(std::string(key), text, names_of(table)));
+  }
+  return *value;
+}
+
+std::vector<CollectiveCalibration> parse_collective_calibration(const JsonReader& parent) {
+  std::vector<CollectiveCalibration> entries;
+  for (const JsonReader& r : parent.objects("collective_calibration")) {
+    r.expect_only({"tier", "algorithm", "protocol", "latency_scale", "bandwidth_scale", "points",
+                   "r2", "rms_relative_error"});
+    CollectiveCalibration c{
+        .tier = parse_name(r, "tier", kTierNames),
+        .algorithm = parse_name(r, "algorithm", kAlgorithmNames),
+        .protocol = parse_name(r, "protocol", kProtocolNames),
+        .latency_scale = r.number_in("latency_scale", kMinCalibrationScale, kMaxCalibrationScale),
+        .bandwidth_scale =
+            r.number_in("bandwidth_scale", kMinCalibrationScale, kMaxCalibrationScale),
+        .points = r.integer_in_or("points", 0, limits::kMaxGpus, 0),
+        .r2 = r.number_or("r2", 0),
+        .rms_relative_error = r.number_or("rms_relative_error", 0)};
+    for (const CollectiveCalibration& e : entries) {
+      if (e.tier == c.tier && e.algorithm == c.algorithm && e.protocol == c.protocol) {
+        r.fail("tier",
+               fmt::format("a second entry for {} {}/{}", network_tier_name(c.tier),
+                           nccl_algorithm_name(c.algorithm), nccl_protocol_name(c.protocol)));
+      }
+    }
+    entries.push_back(c);
+  }
+  return entries;
+}
 
 GpuSpec parse_gpu(const JsonReader& r) {
   r.expect_only({"name", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
@@ -111,6 +163,16 @@ ComputeSpec parse_compute(const JsonReader& r) {
 
 }  // namespace
 
+std::string_view nccl_algorithm_name(NcclAlgorithm a) {
+  return name_of(kAlgorithmNames, a);
+}
+std::string_view nccl_protocol_name(NcclProtocol p) {
+  return name_of(kProtocolNames, p);
+}
+std::string_view network_tier_name(NetworkTier t) {
+  return name_of(kTierNames, t);
+}
+
 std::vector<std::string> cluster_zoo_names() {
   std::vector<std::string> names;
   for (const EmbeddedFile& f : cluster_zoo_files()) names.emplace_back(f.name);
@@ -121,7 +183,7 @@ std::vector<std::string> cluster_zoo_names() {
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node", "inter_node",
-                 "nccl", "compute", "non_tensor_bytes", "sources"});
+                 "nccl", "compute", "collective_calibration", "non_tensor_bytes", "sources"});
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -132,6 +194,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   c.inter_node = parse_link(r.object("inter_node"));
   c.nccl = parse_nccl(r.object("nccl"));
   if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
+  if (r.has("collective_calibration")) c.collective_calibration = parse_collective_calibration(r);
   if (c.nccl.collective_sms < 0 || c.nccl.collective_sms >= c.gpu.sm_count) {
     r.object("nccl").fail("collective_sms",
                           fmt::format("must be in 0..{} (below the GPU's sm_count), got {}",
@@ -151,27 +214,27 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   return c;
 }
 
-ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t> nodes,
-                         std::optional<int64_t> gpus) {
-  ClusterSpec cluster;
-  bool found = false;
+std::pair<nlohmann::json, std::string> cluster_json(const std::string& name_or_file) {
   for (const EmbeddedFile& f : cluster_zoo_files()) {
     if (f.name == name_or_file) {
-      const std::string label = fmt::format("models/clusters/{}.json", f.name);
-      cluster = cluster_from_json(parse_json_text(f.text, label), label);
-      found = true;
+      std::string label = fmt::format("models/clusters/{}.json", f.name);
+      return {parse_json_text(f.text, label), label};
     }
   }
-  if (!found) {
-    const bool looks_like_path =
-        name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
-    if (!looks_like_path && !std::filesystem::exists(name_or_file)) {
-      throw InputError("", "--cluster",
-                       unknown_name_message("cluster", name_or_file, cluster_zoo_names()) +
-                           "; or give a path to a cluster JSON file");
-    }
-    cluster = cluster_from_json(read_json_file(name_or_file), name_or_file);
+  const bool looks_like_path =
+      name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
+  if (!looks_like_path && !std::filesystem::exists(name_or_file)) {
+    throw InputError("", "--cluster",
+                     unknown_name_message("cluster", name_or_file, cluster_zoo_names()) +
+                         "; or give a path to a cluster JSON file");
   }
+  return {read_json_file(name_or_file), name_or_file};
+}
+
+ClusterSpec load_cluster(const std::string& name_or_file, std::optional<int64_t> nodes,
+                         std::optional<int64_t> gpus) {
+  const auto [json, label] = cluster_json(name_or_file);
+  ClusterSpec cluster = cluster_from_json(json, label);
   if (nodes && gpus) throw InputError("", "--nodes", "give either --nodes or --gpus, not both");
   if (nodes) {
     if (*nodes <= 0)

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardplan {
@@ -38,6 +39,32 @@ struct LinkSpec {
   double bandwidth_bytes_per_s = 0;               // line rate
   double measured_bus_bandwidth_bytes_per_s = 0;  // nccl-tests busbw on this tier
   double latency_s = 0;                           // per hop
+};
+
+// NCCL's algorithms (src/graph/tuning.cc) and protocols; p2p is the send/recv path that
+// all-to-all and ring shifts take, which NCCL's tuner does not model.
+enum class NcclAlgorithm { ring, tree, nvls, p2p };
+enum class NcclProtocol { ll, ll128, simple };
+// Where a collective's group sits: inside one NVLink domain, or across domains.
+enum class NetworkTier { intra_node, inter_node };
+
+std::string_view nccl_algorithm_name(NcclAlgorithm a);
+std::string_view nccl_protocol_name(NcclProtocol p);
+std::string_view network_tier_name(NetworkTier t);
+
+// A correction `shardplan calibrate` fitted to measured collectives of one regime (tier,
+// algorithm, protocol): the model's latency times latency_scale and its bus bandwidth
+// times bandwidth_scale. Scales, not absolute values, so one fit on an 8-rank table holds
+// for every group size of that tier. points, r2 and rms_relative_error describe the fit.
+struct CollectiveCalibration {
+  NetworkTier tier = NetworkTier::intra_node;
+  NcclAlgorithm algorithm = NcclAlgorithm::ring;
+  NcclProtocol protocol = NcclProtocol::simple;
+  double latency_scale = 1;
+  double bandwidth_scale = 1;
+  int64_t points = 0;
+  double r2 = 0;
+  double rms_relative_error = 0;
 };
 
 struct NcclSpec {
@@ -74,6 +101,7 @@ struct ClusterSpec {
   LinkSpec inter_node;
   NcclSpec nccl;
   ComputeSpec compute;
+  std::vector<CollectiveCalibration> collective_calibration;  // empty: NCCL's model as is
   int64_t non_tensor_bytes = 0;                // CUDA context, NCCL and cuBLAS workspaces per GPU
   std::map<std::string, std::string> sources;  // dotted field path -> citation
 
@@ -88,6 +116,10 @@ std::vector<std::string> cluster_zoo_names();
 
 // Reads a cluster file; `label` names it in errors. num_gpus starts at one node.
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label);
+
+// The cluster file's JSON as written (a zoo entry's built-in text or the file), and the
+// label that names it in errors; what `calibrate` edits and writes back.
+std::pair<nlohmann::json, std::string> cluster_json(const std::string& name_or_file);
 
 // A zoo name or a path to a cluster JSON file, sized by `nodes` or `gpus` (at most one;
 // neither means one node). A GPU count above one node must fill whole nodes.

@@ -44,11 +44,6 @@ constexpr NameTable<Collective, 5> kCollectiveNames = {
      {Collective::all_reduce, "all_reduce"},
      {Collective::send_recv, "send_recv"},
      {Collective::all_to_all, "all_to_all"}}};
-constexpr NameTable<NcclAlgorithm, 3> kAlgorithmNames = {
-    {{NcclAlgorithm::ring, "ring"}, {NcclAlgorithm::tree, "tree"}, {NcclAlgorithm::nvls, "nvls"}}};
-constexpr NameTable<NcclProtocol, 3> kProtocolNames = {
-    {{NcclProtocol::ll, "LL"}, {NcclProtocol::ll128, "LL128"}, {NcclProtocol::simple, "Simple"}}};
-
 }  // namespace
 
 std::string_view collective_name(Collective c) {
@@ -60,20 +55,14 @@ std::optional<Collective> parse_collective(std::string_view text) {
 std::vector<std::string> collective_names() {
   return names_of(kCollectiveNames);
 }
-std::string_view nccl_algorithm_name(NcclAlgorithm a) {
-  return name_of(kAlgorithmNames, a);
-}
-std::string_view nccl_protocol_name(NcclProtocol p) {
-  return name_of(kProtocolNames, p);
-}
-
-CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
-                                       const RankLayout& layout) {
-  CollectiveEstimate best;
+CollectiveCandidates collective_candidates(const ClusterSpec& cluster, Collective op, double bytes,
+                                           const RankLayout& layout) {
+  CollectiveCandidates out;
   const int64_t n = layout.ranks;
-  if (n <= 1 || bytes <= 0) return best;
+  if (n <= 1 || bytes <= 0) return out;
   const int64_t nodes = layout.nodes();
   const int64_t per_node = std::min(n, layout.ranks_per_node);
+  const NetworkTier tier = nodes > 1 ? NetworkTier::inter_node : NetworkTier::intra_node;
   // A ring that crosses nodes runs at the slower tier. Across nodes NCCL runs one ring per
   // NIC, so a node's share of the bus bandwidth is the NICs of the group's ranks there
   // (one per GPU): nccl-tests #119, 8 × A100 with 4 × HDR 200 Gb/s per node, expects
@@ -84,7 +73,15 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
                            static_cast<double>(per_node) *
                                cluster.inter_node.measured_bus_bandwidth_bytes_per_s)
                 : cluster.intra_node.measured_bus_bandwidth_bytes_per_s;
-  const double factor = bus_factor(op, n);
+  const double bus_bytes = bytes * bus_factor(op, n);
+  auto add = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us, double busbw) {
+    out.items[out.size++] = {.algorithm = algorithm,
+                             .protocol = protocol,
+                             .tier = tier,
+                             .latency_seconds = latency_us * 1e-6,
+                             .bus_bandwidth = busbw,
+                             .bus_bytes = bus_bytes};
+  };
   if (op == Collective::send_recv || op == Collective::all_to_all) {
     const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
     const double hop = nodes > 1 ? kRingNetHopUs[simple] : kRingNvlinkHopUs[simple];
@@ -95,27 +92,9 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
           cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
           cluster.inter_node.measured_bus_bandwidth_bytes_per_s * n_nodes / (n_nodes - 1.0));
     }
-    best.latency_seconds = (kRingBaseUs[simple] + hop) * 1e-6;
-    best.seconds = best.latency_seconds + bytes * factor / busbw;
-    best.link_bus_bandwidth = busbw;
-    best.algorithm = NcclAlgorithm::ring;
-    best.protocol = NcclProtocol::simple;
-    best.algbw_bytes_per_s = bytes / best.seconds;
-    best.busbw_bytes_per_s = best.algbw_bytes_per_s * factor;
-    return best;
+    add(NcclAlgorithm::p2p, NcclProtocol::simple, kRingBaseUs[simple] + hop, busbw);
+    return out;
   }
-  best.seconds = INFINITY;
-  auto consider = [&](NcclAlgorithm algorithm, NcclProtocol protocol, double latency_us,
-                      double busbw) {
-    const double seconds = latency_us * 1e-6 + bytes * factor / busbw;
-    if (seconds < best.seconds) {
-      best.seconds = seconds;
-      best.latency_seconds = latency_us * 1e-6;
-      best.link_bus_bandwidth = busbw;
-      best.algorithm = algorithm;
-      best.protocol = protocol;
-    }
-  };
   const double steps =
       op == Collective::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
   const double net_steps =
@@ -124,21 +103,55 @@ CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op
     const auto i = static_cast<std::size_t>(p);
     const double ring_latency =
         kRingBaseUs[i] + (steps - net_steps) * kRingNvlinkHopUs[i] + net_steps * kRingNetHopUs[i];
-    consider(NcclAlgorithm::ring, p, ring_latency, ring_busbw * kProtocolBandwidth[i]);
+    add(NcclAlgorithm::ring, p, ring_latency, ring_busbw * kProtocolBandwidth[i]);
     if (op == Collective::all_reduce && nodes > 1) {
       const double tree_latency =
           kTreeBaseUs[i] + 2.0 * (static_cast<double>(per_node - 1) * kTreeNvlinkHopUs[i] +
                                   std::log2(static_cast<double>(nodes)) * kTreeNetHopUs[i]);
-      consider(NcclAlgorithm::tree, p, tree_latency, ring_busbw * kProtocolBandwidth[i]);
+      add(NcclAlgorithm::tree, p, tree_latency, ring_busbw * kProtocolBandwidth[i]);
     }
   }
   if (op == Collective::all_reduce && nodes == 1 && cluster.nccl.nvls) {
     const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
-    consider(NcclAlgorithm::nvls, NcclProtocol::simple, kRingBaseUs[simple] + kNvlsHopUs,
-             cluster.intra_node.measured_bus_bandwidth_bytes_per_s * kNvlsOverRing);
+    add(NcclAlgorithm::nvls, NcclProtocol::simple, kRingBaseUs[simple] + kNvlsHopUs,
+        cluster.intra_node.measured_bus_bandwidth_bytes_per_s * kNvlsOverRing);
+  }
+  return out;
+}
+
+const CollectiveCalibration* calibration_of(const ClusterSpec& cluster,
+                                            const CollectiveCandidate& c) {
+  for (const CollectiveCalibration& k : cluster.collective_calibration) {
+    if (k.tier == c.tier && k.algorithm == c.algorithm && k.protocol == c.protocol) return &k;
+  }
+  return nullptr;
+}
+
+CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
+                                       const RankLayout& layout) {
+  CollectiveEstimate best;
+  const CollectiveCandidates candidates = collective_candidates(cluster, op, bytes, layout);
+  if (candidates.size == 0) return best;
+  best.seconds = INFINITY;
+  for (const CollectiveCandidate& c : candidates) {
+    double latency = c.latency_seconds;
+    double busbw = c.bus_bandwidth;
+    if (const CollectiveCalibration* k = calibration_of(cluster, c)) {
+      latency *= k->latency_scale;
+      busbw *= k->bandwidth_scale;
+    }
+    const double seconds = latency + c.bus_bytes / busbw;
+    if (seconds < best.seconds) {
+      best.seconds = seconds;
+      best.latency_seconds = latency;
+      best.link_bus_bandwidth = busbw;
+      best.algorithm = c.algorithm;
+      best.protocol = c.protocol;
+      best.tier = c.tier;
+    }
   }
   best.algbw_bytes_per_s = bytes / best.seconds;
-  best.busbw_bytes_per_s = best.algbw_bytes_per_s * factor;
+  best.busbw_bytes_per_s = best.algbw_bytes_per_s * bus_factor(op, layout.ranks);
   return best;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,14 +13,10 @@
 namespace shardplan {
 
 enum class Collective { all_gather, reduce_scatter, all_reduce, send_recv, all_to_all };
-enum class NcclAlgorithm { ring, tree, nvls };
-enum class NcclProtocol { ll, ll128, simple };
 
 std::string_view collective_name(Collective c);
 std::optional<Collective> parse_collective(std::string_view text);
 std::vector<std::string> collective_names();
-std::string_view nccl_algorithm_name(NcclAlgorithm a);
-std::string_view nccl_protocol_name(NcclProtocol p);
 
 // Where the ranks of a collective sit: `ranks` in all, `ranks_per_node` of them on each
 // node of the NVLink domain (the last node may hold fewer).
@@ -43,7 +41,34 @@ struct CollectiveEstimate {
   double link_bus_bandwidth = 0;  // the bus bandwidth the chosen protocol runs at
   NcclAlgorithm algorithm = NcclAlgorithm::ring;
   NcclProtocol protocol = NcclProtocol::simple;
+  NetworkTier tier = NetworkTier::intra_node;
 };
+
+// One way NCCL could run a collective, as its model costs it before any calibration:
+// time = latency_seconds + bus_bytes ÷ bus_bandwidth.
+struct CollectiveCandidate {
+  NcclAlgorithm algorithm = NcclAlgorithm::ring;
+  NcclProtocol protocol = NcclProtocol::simple;
+  NetworkTier tier = NetworkTier::intra_node;
+  double latency_seconds = 0;
+  double bus_bandwidth = 0;  // bytes/s
+  double bus_bytes = 0;      // bytes × the collective's bus factor
+};
+
+// Every (algorithm, protocol) that applies (at most eight; none for one rank or no bytes).
+struct CollectiveCandidates {
+  std::array<CollectiveCandidate, 8> items{};
+  std::size_t size = 0;
+  const CollectiveCandidate* begin() const { return items.data(); }
+  const CollectiveCandidate* end() const { return items.data() + size; }
+};
+CollectiveCandidates collective_candidates(const ClusterSpec& cluster, Collective op, double bytes,
+                                           const RankLayout& layout);
+
+// The cluster's calibration of a candidate's regime (latency_scale, bandwidth_scale), or
+// nullptr where it has none.
+const CollectiveCalibration* calibration_of(const ClusterSpec& cluster,
+                                            const CollectiveCandidate& c);
 
 // NCCL's cost model (src/graph/tuning.cc) over the cluster's tiers: for every algorithm
 // and protocol that applies, latency + bytes ÷ bandwidth; the fastest wins, as NCCL's
@@ -56,7 +81,9 @@ struct CollectiveEstimate {
 // neighbour at the tier's ring bus bandwidth (a ring collective's busbw is exactly that
 // per-neighbour rate), an all-to-all at the NVLink busbw inside a node and, across N
 // nodes, at N/(N−1) × one NIC (nccl-tests #130, #267: all-to-all cannot aggregate a
-// node's NICs). A single rank costs nothing.
+// node's NICs). A single rank costs nothing. A calibrated cluster
+// (ClusterSpec::collective_calibration) scales each regime's latency and bandwidth before
+// the fastest is picked.
 CollectiveEstimate estimate_collective(const ClusterSpec& cluster, Collective op, double bytes,
                                        const RankLayout& layout);
 

@@ -12,9 +12,10 @@ RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
           std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
 }
 
-OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
-  const ComputeSpec& e = cluster.compute;
+ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
+  ComputeWork w;
+  w.sdpa = plan.config.stack != Stack::megatron_te;
   switch (op.kind) {
     case OpKind::forward:
     case OpKind::backward:
@@ -23,24 +24,42 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
       // Tensor-core work slows with the clocks a power limit allows; memory-bound work is
       // taken as unchanged.
       const double share = power_limited_compute_share(gpu);
-      const double bf16_rate = share * gpu.bf16_dense_flops * e.gemm_efficiency;
-      const double gemm_rate =
-          fp8 ? share * gpu.fp8_dense_flops * e.fp8_gemm_efficiency : bf16_rate;
-      const double attention_efficiency = plan.config.stack == Stack::megatron_te
-                                              ? e.attention_efficiency
-                                              : e.sdpa_attention_efficiency;
-      const double attention_rate = share * gpu.bf16_dense_flops * attention_efficiency;
+      const double bf16_peak = share * gpu.bf16_dense_flops;
       // The output layer's GEMMs stay in BF16 under FP8.
       const double bf16_gemm = fp8 ? op.bf16_gemm_flops : 0.0;
       const double gemm = std::max(op.flops - op.attention_flops - bf16_gemm, 0.0);
-      const double seconds =
-          gemm / gemm_rate + bf16_gemm / bf16_rate + op.attention_flops / attention_rate +
-          op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.elementwise_efficiency);
-      return {.seconds = seconds};
+      if (fp8) {
+        w.fp8_gemm = gemm / (share * gpu.fp8_dense_flops);
+        w.bf16_gemm = bf16_gemm / bf16_peak;
+      } else {
+        w.bf16_gemm = gemm / bf16_peak;
+      }
+      w.attention = op.attention_flops / bf16_peak;
+      w.memory = op.bytes / gpu.hbm_measured_bandwidth_bytes_per_s;
+      break;
     }
     case OpKind::optimizer_step:
-      return {.seconds =
-                  op.bytes / (gpu.hbm_measured_bandwidth_bytes_per_s * e.optimizer_efficiency)};
+      w.optimizer = op.bytes / gpu.hbm_measured_bandwidth_bytes_per_s;
+      break;
+    default:
+      break;
+  }
+  return w;
+}
+
+double compute_seconds(const ComputeWork& w, const ComputeSpec& e) {
+  return w.bf16_gemm / e.gemm_efficiency + w.fp8_gemm / e.fp8_gemm_efficiency +
+         w.attention / (w.sdpa ? e.sdpa_attention_efficiency : e.attention_efficiency) +
+         w.memory / e.elementwise_efficiency + w.optimizer / e.optimizer_efficiency;
+}
+
+OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
+  switch (op.kind) {
+    case OpKind::forward:
+    case OpKind::backward:
+    case OpKind::recompute:
+    case OpKind::optimizer_step:
+      return {.seconds = compute_seconds(compute_work(plan, op, cluster), cluster.compute)};
     case OpKind::all_gather:
     case OpKind::reduce_scatter:
     case OpKind::all_reduce:

@@ -26,6 +26,19 @@ struct OpCost {
 // model (collective_model.h) over the ranks of the op's group.
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
 
+// A compute or optimizer op's work per kernel class, in seconds at efficiency 1 (the
+// peaks op_cost divides by); op_cost's time is compute_seconds of it. Zero for collectives.
+struct ComputeWork {
+  double bf16_gemm = 0;  // ÷ gemm_efficiency
+  double fp8_gemm = 0;   // ÷ fp8_gemm_efficiency
+  double attention = 0;  // ÷ attention_efficiency, or sdpa_attention_efficiency if sdpa
+  double memory = 0;     // ÷ elementwise_efficiency
+  double optimizer = 0;  // ÷ optimizer_efficiency
+  bool sdpa = false;     // the torch stacks' attention
+};
+ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
+double compute_seconds(const ComputeWork& work, const ComputeSpec& efficiency);
+
 // Where the ranks of a process group sit: its members are `stride` ranks apart, so
 // consecutive groups (dp_shard) fill a node before they span nodes and strided ones
 // (dp_outer, dp_shard apart) span nodes sooner.

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "calibrate/nccl_tests_log.h"
+#include "models/cluster_spec.h"
+#include "planner/plan.h"
+#include "traces/timeline.h"
+
+namespace shardplan {
+
+// One cluster constant as calibration found it: its value before and after, and how
+// well the fitted model explains the points it was fitted to (r2 on the measured times;
+// NaN with fewer than three points; rms_relative_error of (predicted − measured) ÷
+// measured after the fit).
+struct FittedConstant {
+  std::string name;
+  std::string unit;
+  double before = 0;
+  double after = 0;
+  int64_t points = 0;
+  double r2 = 0;
+  double rms_relative_error = 0;
+  bool fitted = true;  // false: kept (too few points, or not separable from another)
+  std::string note;
+};
+
+// How far the model is from a set of measurements, before and after calibration.
+struct FitCheck {
+  std::string what;
+  int64_t points = 0;
+  double rms_before = 0;  // relative errors
+  double rms_after = 0;
+  double worst_before = 0;  // signed, the largest in magnitude
+  double worst_after = 0;
+};
+
+struct CalibrationReport {
+  std::vector<FittedConstant> constants;
+  std::vector<FitCheck> checks;
+};
+
+// Collectives: each sample is assigned the regime (tier, algorithm, protocol) the
+// model picks for it, and each regime's latency and bandwidth scales are fitted by least
+// squares (Eigen) on relative errors: time = s_lat × latency + bus_bytes ÷ (s_bw × busbw),
+// linear in s_lat and 1 ÷ s_bw. With the new scales the model may pick other regimes;
+// assignment and fit repeat until the assignment holds. Edits
+// cluster.collective_calibration (refining the scales it already has).
+void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& samples,
+                     CalibrationReport& report);
+
+// Compute: per compute op of the plan, its measured duration (the timeline the executor
+// wrote for this plan) against GEMM, attention, memory-bound and optimizer work at
+// full efficiency; least squares gives 1 ÷ efficiency per kernel class and, where ops
+// overlapped collectives, the overlap slowdown. Classes whose work is in the same
+// proportion in every op cannot be told apart: they are scaled together and said so.
+// Edits cluster.compute.
+void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measured,
+                 const std::string& label, CalibrationReport& report);
+
+// What `shardplan calibrate` reads: nccl-tests logs, probe files (`shardplan probe -o`),
+// and timelines `shardplan execute` measured for one plan.
+struct CalibrationInputs {
+  std::vector<std::string> nccl_tests;
+  // The NCCL_ALGO the logs ran with ("ring", "tree", "nvls"); empty: NCCL's own choice.
+  std::string nccl_algorithm;
+  std::vector<std::string> probes;
+  std::string plan;  // plan.json the measured timelines ran; required with them
+  std::vector<std::string> measured;
+};
+
+struct CalibrationResult {
+  ClusterSpec cluster;
+  nlohmann::json cluster_json;  // the input cluster file with the fitted constants
+  CalibrationReport report;
+};
+
+// Fits the cluster named by `cluster_name_or_file` (a zoo name or a file) to the inputs
+// and returns it as a cluster file every command accepts: the original file with its
+// compute efficiencies replaced, its collective_calibration set, and a source for every
+// fitted constant. Throws InputError for unreadable inputs or when there is nothing to fit.
+CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
+                                    const CalibrationInputs& inputs);
+
+// The samples of a probe file's collectives (what `shardplan probe` measured).
+std::vector<CollectiveSample> read_probe_collectives(const std::string& path);
+
+}  // namespace shardplan

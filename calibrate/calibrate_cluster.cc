@@ -1,0 +1,117 @@
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "calibrate/calibrate.h"
+#include "models/error.h"
+#include "models/json_reader.h"
+#include "planner/plan_json.h"
+
+namespace shardplan {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& s : items) text += (text.empty() ? "" : ", ") + s;
+  return text;
+}
+
+nlohmann::json calibration_json(const std::vector<CollectiveCalibration>& entries) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CollectiveCalibration& k : entries) {
+    nlohmann::json e = {{"tier", network_tier_name(k.tier)},
+                        {"algorithm", nccl_algorithm_name(k.algorithm)},
+                        {"protocol", nccl_protocol_name(k.protocol)},
+                        {"latency_scale", k.latency_scale},
+                        {"bandwidth_scale", k.bandwidth_scale},
+                        {"points", k.points},
+                        {"rms_relative_error", k.rms_relative_error}};
+    if (std::isfinite(k.r2)) e["r2"] = k.r2;
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
+                                    const CalibrationInputs& inputs) {
+  const auto [original, label] = cluster_json(cluster_name_or_file);
+  CalibrationResult result;
+  result.cluster = cluster_from_json(original, label);
+  if (inputs.nccl_tests.empty() && inputs.probes.empty() && inputs.measured.empty()) {
+    throw InputError("", "calibrate",
+                     "nothing to fit: give --nccl-tests logs, --probe files or --measured "
+                     "timelines");
+  }
+  if (!inputs.measured.empty() && inputs.plan.empty()) {
+    throw InputError("", "--plan", "--measured timelines need the plan.json they ran");
+  }
+  std::vector<CollectiveSample> samples;
+  std::vector<std::string> collective_sources;
+  std::optional<NcclAlgorithm> algorithm;
+  if (!inputs.nccl_algorithm.empty()) {
+    for (NcclAlgorithm a : {NcclAlgorithm::ring, NcclAlgorithm::tree, NcclAlgorithm::nvls}) {
+      if (nccl_algorithm_name(a) == inputs.nccl_algorithm) algorithm = a;
+    }
+    if (!algorithm) {
+      throw InputError("", "--nccl-algo",
+                       fmt::format("'{}': give ring, tree or nvls (the NCCL_ALGO the logs ran "
+                                   "with)",
+                                   inputs.nccl_algorithm));
+    }
+  }
+  for (const std::string& path : inputs.nccl_tests) {
+    NcclTestsLog log = read_nccl_tests_log(path);
+    for (CollectiveSample& s : log.samples) s.algorithm = algorithm;
+    samples.insert(samples.end(), log.samples.begin(), log.samples.end());
+    collective_sources.push_back(fmt::format("{} ({}, {} ranks on {} node{})", path,
+                                             collective_name(log.op), log.ranks, log.nodes,
+                                             log.nodes == 1 ? "" : "s"));
+  }
+  for (const std::string& path : inputs.probes) {
+    const std::vector<CollectiveSample> probe = read_probe_collectives(path);
+    samples.insert(samples.end(), probe.begin(), probe.end());
+    collective_sources.push_back(path);
+  }
+  nlohmann::json out = original;
+  if (!samples.empty()) {
+    fit_collectives(result.cluster, samples, result.report);
+    out["collective_calibration"] = calibration_json(result.cluster.collective_calibration);
+    out["sources"]["collective_calibration"] = fmt::format(
+        "shardplan calibrate: latency and bandwidth scales per regime fitted by least "
+        "squares to {} measured collectives from {}",
+        samples.size(), joined(collective_sources));
+  }
+  if (!inputs.measured.empty()) {
+    const Plan plan = read_plan_file(inputs.plan);
+    for (const std::string& path : inputs.measured) {
+      const Timeline t = timeline_from_json(read_json_file(path), path);
+      const std::size_t first = result.report.constants.size();
+      fit_compute(result.cluster, plan, t, path, result.report);
+      for (std::size_t i = first; i < result.report.constants.size(); ++i) {
+        const FittedConstant& c = result.report.constants[i];
+        out["sources"][c.name] = fmt::format(
+            "shardplan calibrate: fitted by least squares to the {} compute ops "
+            "{} measured for {} ({:.4g} before){}",
+            c.points, path, inputs.plan, c.before, c.note.empty() ? "" : "; " + c.note);
+      }
+    }
+    const ComputeSpec& e = result.cluster.compute;
+    out["compute"] = {{"gemm_efficiency", e.gemm_efficiency},
+                      {"fp8_gemm_efficiency", e.fp8_gemm_efficiency},
+                      {"attention_efficiency", e.attention_efficiency},
+                      {"sdpa_attention_efficiency", e.sdpa_attention_efficiency},
+                      {"elementwise_efficiency", e.elementwise_efficiency},
+                      {"optimizer_efficiency", e.optimizer_efficiency},
+                      {"overlap_slowdown", e.overlap_slowdown}};
+  }
+  out["description"] =
+      fmt::format("{} Calibrated by shardplan calibrate.", original.value("description", ""));
+  // What is written must read back as what was fitted.
+  result.cluster = cluster_from_json(out, label + " (calibrated)");
+  result.cluster_json = std::move(out);
+  return result;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,278 @@
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "calibrate/calibrate.h"
+#include "calibrate/fit_stats.h"
+#include "models/error.h"
+#include "simulator/compute_model.h"
+#include "simulator/simulate.h"
+
+namespace shardplan {
+namespace {
+
+// The kernel classes a compute op's time is made of (simulator/compute_model.h).
+enum Class { kBf16Gemm, kFp8Gemm, kAttention, kMemory, kOptimizer, kClasses };
+
+std::array<double, kClasses> class_work(const ComputeWork& w) {
+  return {w.bf16_gemm, w.fp8_gemm, w.attention, w.memory, w.optimizer};
+}
+
+double& efficiency_of(ComputeSpec& e, Class c, bool sdpa) {
+  switch (c) {
+    case kBf16Gemm:
+      return e.gemm_efficiency;
+    case kFp8Gemm:
+      return e.fp8_gemm_efficiency;
+    case kAttention:
+      return sdpa ? e.sdpa_attention_efficiency : e.attention_efficiency;
+    case kMemory:
+      return e.elementwise_efficiency;
+    default:
+      return e.optimizer_efficiency;
+  }
+}
+
+std::string class_name(Class c, bool sdpa) {
+  switch (c) {
+    case kBf16Gemm:
+      return "compute.gemm_efficiency";
+    case kFp8Gemm:
+      return "compute.fp8_gemm_efficiency";
+    case kAttention:
+      return sdpa ? "compute.sdpa_attention_efficiency" : "compute.attention_efficiency";
+    case kMemory:
+      return "compute.elementwise_efficiency";
+    default:
+      return "compute.optimizer_efficiency";
+  }
+}
+
+bool is_compute(const PlanOp& op) {
+  return op.kind == OpKind::forward || op.kind == OpKind::backward ||
+         op.kind == OpKind::recompute || op.kind == OpKind::optimizer_step;
+}
+
+// The share of [start, end) during which a collective was in flight (merged intervals).
+double overlapped_share(const TimelineOp& op, const std::vector<std::pair<double, double>>& busy) {
+  const double length = op.end - op.start;
+  if (length <= 0) return 0;
+  double covered = 0;
+  for (const auto& [a, b] : busy) {
+    if (a >= op.end) break;
+    covered += std::max(0.0, std::min(b, op.end) - std::max(a, op.start));
+  }
+  return std::clamp(covered / length, 0.0, 1.0);
+}
+
+// Measured ops belong to this plan: same ids, same names.
+void check_same_plan(const Plan& plan, const Timeline& measured, const std::string& label) {
+  if (measured.source != "measured") {
+    throw InputError(label, "source",
+                     fmt::format("'{}': calibrate needs a timeline `shardplan execute` measured "
+                                 "for this plan (source 'measured')",
+                                 measured.source));
+  }
+  for (std::size_t i = 0; i < measured.ops.size(); ++i) {
+    const TimelineOp& t = measured.ops[i];
+    if (t.op < 0 || static_cast<std::size_t>(t.op) >= plan.ops.size() ||
+        plan.ops[static_cast<std::size_t>(t.op)].name != t.name) {
+      throw InputError(label, fmt::format("ops/{}", i),
+                       fmt::format("op {} '{}' is not in the plan: the timeline was measured "
+                                   "for another plan",
+                                   t.op, t.name));
+    }
+  }
+}
+
+}  // namespace
+
+void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measured,
+                 const std::string& label, CalibrationReport& report) {
+  check_same_plan(plan, measured, label);
+  const ClusterSpec before = cluster;
+  const bool sdpa = plan.config.stack != Stack::megatron_te;
+  std::vector<std::pair<double, double>> busy;
+  for (const TimelineOp& t : measured.ops) {
+    if (is_collective(plan.ops[static_cast<std::size_t>(t.op)].kind) && t.end > t.start)
+      busy.emplace_back(t.start, t.end);
+  }
+  std::sort(busy.begin(), busy.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& iv : busy) {
+    if (!merged.empty() && iv.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, iv.second);
+    } else {
+      merged.push_back(iv);
+    }
+  }
+  struct Row {
+    std::array<double, kClasses> work;
+    double measured;
+    double overlap;
+  };
+  std::vector<Row> rows;
+  std::array<bool, kClasses> used{};
+  for (const TimelineOp& t : measured.ops) {
+    const PlanOp& op = plan.ops[static_cast<std::size_t>(t.op)];
+    if (!is_compute(op) || t.end <= t.start) continue;
+    const auto work = class_work(compute_work(plan, op, cluster));
+    for (int c = 0; c < kClasses; ++c)
+      used[static_cast<std::size_t>(c)] |= work[static_cast<std::size_t>(c)] > 0;
+    rows.push_back({work, t.end - t.start, overlapped_share(t, merged)});
+  }
+  if (rows.empty()) {
+    throw InputError(label, "ops", "no compute op with a measured duration to fit");
+  }
+  std::vector<Class> classes;
+  for (int c = 0; c < kClasses; ++c) {
+    if (used[static_cast<std::size_t>(c)]) classes.push_back(static_cast<Class>(c));
+  }
+  ComputeSpec& e = cluster.compute;
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  const auto m = static_cast<Eigen::Index>(classes.size());
+  // Columns scaled to unit norm so the rank test does not depend on units.
+  Eigen::MatrixXd a(n, m);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < m; ++j)
+      a(i, j) = rows[static_cast<std::size_t>(i)].work[classes[static_cast<std::size_t>(j)]];
+  const Eigen::VectorXd norms = a.colwise().norm().transpose();
+  const Eigen::MatrixXd scaled = a * norms.cwiseInverse().asDiagonal();
+  const Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(scaled);
+  const double overlap_total = [&] {
+    double s = 0, total = 0;
+    for (const Row& r : rows) {
+      s += r.overlap * r.measured;
+      total += r.measured;
+    }
+    return s / total;
+  }();
+  const bool fit_overlap = overlap_total > 0.01;
+  bool separate = qr.rank() == m;
+  double slowdown = e.overlap_slowdown;
+  Eigen::VectorXd u(m);  // 1 / efficiency per class
+  for (Eigen::Index j = 0; j < m; ++j)
+    u(j) = 1.0 / efficiency_of(e, classes[static_cast<std::size_t>(j)], sdpa);
+  // Alternate: efficiencies with the slowdown fixed, then the slowdown with them fixed.
+  for (int pass = 0; pass < 50; ++pass) {
+    Eigen::VectorXd target(n);  // each op's time without the slowdown
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const Row& r = rows[static_cast<std::size_t>(i)];
+      target(i) = r.measured * (1.0 - r.overlap + r.overlap / (1.0 + slowdown));
+    }
+    if (separate) {
+      const Eigen::VectorXd x = qr.solve(target);
+      const Eigen::VectorXd candidate = x.cwiseQuotient(norms);
+      if ((candidate.array() > 0).all()) {
+        u = candidate;
+      } else {
+        separate = false;
+      }
+    }
+    if (!separate) {
+      // One scale for every class: the prior efficiencies' ratios kept.
+      const Eigen::VectorXd p = a * u;
+      u *= p.dot(target) / p.squaredNorm();
+    }
+    if (!fit_overlap) break;
+    // target_i = d_i (1 − o_i) + d_i o_i w, w = 1 / (1 + s): least squares in w.
+    const Eigen::VectorXd base = a * u;
+    double num = 0, den = 0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const Row& r = rows[static_cast<std::size_t>(i)];
+      const double x = r.measured * r.overlap;
+      num += x * (base(i) - r.measured * (1.0 - r.overlap));
+      den += x * x;
+    }
+    const double w = std::clamp(num / den, 1.0 / 5.0, 1.0);
+    const double next = 1.0 / w - 1.0;
+    if (std::abs(next - slowdown) < 1e-9) break;
+    slowdown = next;
+  }
+  std::vector<double> measured_times, predicted_times, errors;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const Row& r = rows[static_cast<std::size_t>(i)];
+    const double alone = a.row(i).dot(u);
+    // Inverse of the target above: the measured op ran slowed for its overlapped share.
+    const double predicted = alone / (1.0 - r.overlap + r.overlap / (1.0 + slowdown));
+    measured_times.push_back(r.measured);
+    predicted_times.push_back(predicted);
+    errors.push_back(predicted / r.measured - 1);
+  }
+  const double r2 = r_squared(measured_times, predicted_times);
+  const double rms = rms_of(errors);
+  for (Eigen::Index j = 0; j < m; ++j) {
+    const Class c = classes[static_cast<std::size_t>(j)];
+    double& eff = efficiency_of(e, c, sdpa);
+    const double old = eff;
+    std::string note = separate ? "" : "scaled with the other classes (not separable here)";
+    double fitted = 1.0 / u(j);
+    if (fitted > 1.0) {
+      fitted = 1.0;
+      note = "measured above the peak: clamped to 1";
+    }
+    eff = fitted;
+    report.constants.push_back({.name = class_name(c, sdpa),
+                                .unit = "",
+                                .before = old,
+                                .after = eff,
+                                .points = n,
+                                .r2 = r2,
+                                .rms_relative_error = rms,
+                                .fitted = true,
+                                .note = note});
+  }
+  if (fit_overlap) {
+    e.overlap_slowdown = std::clamp(slowdown, 0.0, 4.0);
+    report.constants.push_back(
+        {.name = "compute.overlap_slowdown",
+         .unit = "",
+         .before = before.compute.overlap_slowdown,
+         .after = e.overlap_slowdown,
+         .points = n,
+         .r2 = r2,
+         .rms_relative_error = rms,
+         .fitted = true,
+         .note = fmt::format("{:.0f} % of compute time overlapped", 100 * overlap_total)});
+  }
+  const double step = measured.summary.step_seconds;
+  const double step_before = simulate(plan, before).summary.step_seconds;
+  const double step_after = simulate(plan, cluster).summary.step_seconds;
+  std::vector<double> errors_before;
+  for (const Row& r : rows) {
+    const double alone = compute_seconds(
+        [&] {
+          ComputeWork w;
+          w.bf16_gemm = r.work[kBf16Gemm];
+          w.fp8_gemm = r.work[kFp8Gemm];
+          w.attention = r.work[kAttention];
+          w.memory = r.work[kMemory];
+          w.optimizer = r.work[kOptimizer];
+          w.sdpa = sdpa;
+          return w;
+        }(),
+        before.compute);
+    const double slowed =
+        alone / (1.0 - r.overlap + r.overlap / (1.0 + before.compute.overlap_slowdown));
+    errors_before.push_back(slowed / r.measured - 1);
+  }
+  report.checks.push_back({.what = fmt::format("compute op times ({})", label),
+                           .points = n,
+                           .rms_before = rms_of(errors_before),
+                           .rms_after = rms,
+                           .worst_before = worst_of(errors_before),
+                           .worst_after = worst_of(errors)});
+  if (step > 0) {
+    report.checks.push_back({.what = fmt::format("step time ({})", label),
+                             .points = 1,
+                             .rms_before = std::abs(step_before / step - 1),
+                             .rms_after = std::abs(step_after / step - 1),
+                             .worst_before = step_before / step - 1,
+                             .worst_after = step_after / step - 1});
+  }
+}
+
+}  // namespace shardplan

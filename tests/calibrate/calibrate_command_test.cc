@@ -1,0 +1,117 @@
+// `shardplan calibrate` end to end: nccl-tests logs in, a cluster file out that every
+// command accepts, and clear errors.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/run_command.h"
+
+namespace shardplan {
+namespace {
+
+using testing::run_shardplan;
+
+const std::string kLogs = std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/nccl-tests/8xh100-g8/";
+
+TEST(CalibrateCommand, WritesAClusterEveryCommandAccepts) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "shardplan-calibrated-h100.json").string();
+  std::filesystem::remove(out);
+  const auto r = run_shardplan({"calibrate", "--cluster", "dgx-h100", "--nccl-algo", "ring",
+                                "--nccl-tests", kLogs + "all_gather_ring.out", "--nccl-tests",
+                                kLogs + "reduce_scatter_ring.out", "--nccl-tests",
+                                kLogs + "all_reduce_ring.out", "-o", out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(report.at("constants").empty());
+  const nlohmann::json& check = report.at("checks").at(0);
+  EXPECT_LT(check.at("rms_relative_error_after").get<double>(),
+            check.at("rms_relative_error_before").get<double>());
+  std::ifstream in(out);
+  const nlohmann::json cluster = nlohmann::json::parse(in);
+  EXPECT_EQ(cluster.at("name"), "dgx-h100");
+  EXPECT_FALSE(cluster.at("collective_calibration").empty());
+  EXPECT_TRUE(cluster.at("sources").contains("collective_calibration"));
+  // The calibrated file predicts the log's 1 GiB all-gather (2726.97 µs measured) closer.
+  auto predicted_us = [&](const std::string& c) {
+    const auto p = run_shardplan(
+        {"collective", "--cluster", c, "--op", "all_gather", "--bytes", "1073741824", "--json"});
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    return nlohmann::json::parse(p.out).at("results").at(0).at("seconds").get<double>() * 1e6;
+  };
+  EXPECT_LT(std::abs(predicted_us(out) / 2726.97 - 1),
+            std::abs(predicted_us("dgx-h100") / 2726.97 - 1));
+  const auto sim = run_shardplan({"simulate", "--model", "tiny", "--cluster", out});
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  std::filesystem::remove(out);
+}
+
+TEST(CalibrateCommand, ErrorsNameTheInput) {
+  auto r = run_shardplan({"calibrate", "--cluster", "dgx-h100"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("nothing to fit"), std::string::npos) << r.err;
+  const std::string bad =
+      (std::filesystem::temp_directory_path() / "shardplan-bad-all_reduce.log").string();
+  {
+    std::ofstream f(bad);
+    f << "# Collective test starting: all_reduce_perf\n"
+         "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n"
+         "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n"
+         "  1048576  262144  float  sum  -1  10.00  1.00  1.00  0  10.00  1.00  1.00  0\n";
+  }
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "shardplan-never-written.json").string();
+  std::filesystem::remove(out);
+  r = run_shardplan({"calibrate", "--nccl-tests", bad, "-o", out});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 4"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  r = run_shardplan(
+      {"calibrate", "--nccl-tests", kLogs + "all_gather_ring.out", "--nccl-algo", "collnet"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--nccl-algo"), std::string::npos) << r.err;
+  r = run_shardplan({"calibrate", "--measured", kLogs + "x.json"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--plan"), std::string::npos) << r.err;
+  std::filesystem::remove(bad);
+}
+
+// A calibrated cluster file with a broken entry is refused with its path.
+TEST(CalibrateCommand, BrokenCalibrationEntryIsAnError) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "shardplan-broken-calibration.json").string();
+  const auto c = run_shardplan({"calibrate", "--nccl-algo", "ring", "--nccl-tests",
+                                kLogs + "all_gather_ring.out", "-o", path});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  nlohmann::json cluster;
+  {
+    std::ifstream in(path);
+    cluster = nlohmann::json::parse(in);
+  }
+  cluster["collective_calibration"][0]["protocol"] = "LL64";
+  cluster["collective_calibration"].push_back(cluster["collective_calibration"][0]);
+  {
+    std::ofstream f(path);
+    f << cluster.dump(2);
+  }
+  auto r = run_shardplan({"collective", "--cluster", path, "--op", "all_gather", "--bytes", "1M"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/collective_calibration/0/protocol"), std::string::npos) << r.err;
+  cluster["collective_calibration"][0]["protocol"] = "LL";
+  cluster["collective_calibration"][0]["bandwidth_scale"] = 0;
+  {
+    std::ofstream f(path);
+    f << cluster.dump(2);
+  }
+  r = run_shardplan({"collective", "--cluster", path, "--op", "all_gather", "--bytes", "1M"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("bandwidth_scale"), std::string::npos) << r.err;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace shardplan

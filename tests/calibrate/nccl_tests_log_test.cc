@@ -1,0 +1,120 @@
+// The nccl-tests parser on real output (tests/data/nccl-tests, as its binaries printed it)
+// and on every way a log can be wrong.
+#include "calibrate/nccl_tests_log.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/expect_input_error.h"
+
+namespace shardplan {
+namespace {
+
+using testing::expect_input_error;
+
+const std::string kDir = std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/nccl-tests/8xh100-g8/";
+
+TEST(NcclTestsLog, ReadsTogetherH100AllGather) {
+  const NcclTestsLog log = read_nccl_tests_log(kDir + "all_gather_ring.out");
+  EXPECT_EQ(log.op, Collective::all_gather);
+  EXPECT_EQ(log.ranks, 8);
+  EXPECT_EQ(log.nodes, 1);
+  EXPECT_EQ(log.gpus_per_process, 8);
+  EXPECT_EQ(log.device, "NVIDIA H100 80GB HBM3");
+  // 27 sized rows (128 B .. 8 GiB; the four 0-byte rows are skipped); with -g 8 the rows
+  // within 25 % of the 128 B row's 34.61 µs (up to 4 MiB, 41.57 µs) measure the launch.
+  EXPECT_EQ(log.rows_at_launch_floor, 16);
+  ASSERT_EQ(log.samples.size(), 2u * (27 - 16));
+  const CollectiveSample& first = log.samples.front();
+  EXPECT_EQ(first.bytes, 8388608);
+  EXPECT_DOUBLE_EQ(first.seconds, 47.01e-6);           // out-of-place
+  EXPECT_DOUBLE_EQ(log.samples[1].seconds, 46.16e-6);  // in-place
+  EXPECT_EQ(first.layout.ranks, 8);
+  EXPECT_EQ(first.layout.ranks_per_node, 8);
+  EXPECT_NE(first.where.find("all_gather_ring.out:"), std::string::npos);
+  EXPECT_DOUBLE_EQ(log.samples.back().seconds, 20684.4e-6);
+}
+
+// One rank per process on two hosts, an older layout without the root column, and MPI
+// chatter between the rows.
+TEST(NcclTestsLog, ReadsRanksPerHostAndOlderColumns) {
+  const std::string text =
+      "# Collective test starting: sendrecv_perf\n"
+      "# nThread 1 nGpus 1 minBytes 1024 maxBytes 2048 step: 2(factor)\n"
+      "#  Rank  0 Group  0 Pid 11 on node-a device  0 [0x1b] NVIDIA A100-SXM4-80GB\n"
+      "#  Rank  1 Group  0 Pid 12 on node-a device  1 [0x1c] NVIDIA A100-SXM4-80GB\n"
+      "#  Rank  2 Group  0 Pid 13 on node-b device  0 [0x1b] NVIDIA A100-SXM4-80GB\n"
+      "#  Rank  3 Group  0 Pid 14 on node-b device  1 [0x1c] NVIDIA A100-SXM4-80GB\n"
+      "        1024     256     float     sum    20.00    0.05    0.05  0e+00    21.00    0.05    "
+      "0.05  0e+00\n"
+      "[node-a:11] 3 more processes have sent help message\n"
+      "        2048     512     float     sum    20.48    0.10    0.10      0    20.00    0.10    "
+      "0.10    N/A\n";
+  const NcclTestsLog log = parse_nccl_tests_log(text, "x.log");
+  EXPECT_EQ(log.op, Collective::send_recv);
+  EXPECT_EQ(log.ranks, 4);
+  EXPECT_EQ(log.nodes, 2);
+  EXPECT_EQ(log.rows_at_launch_floor, 0);
+  ASSERT_EQ(log.samples.size(), 4u);
+  EXPECT_EQ(log.samples[0].layout.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(log.samples[3].seconds, 20.00e-6);
+}
+
+TEST(NcclTestsLog, CollectiveFromTheFileNameWithoutTheStartLine) {
+  const std::string text =
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n"
+      "  1048576  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  104.86  104.86  0\n";
+  EXPECT_EQ(parse_nccl_tests_log(text, "logs/reduce_scatter_perf.txt").op,
+            Collective::reduce_scatter);
+  expect_input_error([&] { parse_nccl_tests_log(text, "logs/run1.txt"); }, "header",
+                     "cannot tell which collective ran", "logs/run1.txt");
+}
+
+TEST(NcclTestsLog, BadLogsAreClearErrors) {
+  const std::string rank0 = "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n";
+  const std::string rank1 = "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n";
+  const std::string start = "# Collective test starting: all_reduce_perf\n";
+  const std::string row =
+      "  1048576  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  104.86  104.86  0\n";
+  expect_input_error([&] { parse_nccl_tests_log(start + row, "a.log"); }, "header",
+                     "cannot tell how many ranks ran");
+  expect_input_error([&] { parse_nccl_tests_log(start + rank0 + rank0 + row, "a.log"); }, "line 3",
+                     "rank 0 is listed twice");
+  expect_input_error([&] { parse_nccl_tests_log(start + rank0 + rank1, "a.log"); }, "rows",
+                     "no table rows");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + rank0 + rank1 +
+                                 "  1048576  262144  float  sum  -1  10.00  1.00  1.00  0  10.00  "
+                                 "1.00  1.00  0\n",
+                             "a.log");
+      },
+      "line 4", "is not size / time");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + rank0 + rank1 +
+                                 "  1048576  262144  float  sum  -1  0.00  0.00  0.00  0  0.00  "
+                                 "0.00  0.00  0\n",
+                             "a.log");
+      },
+      "line 4", "time must be positive");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(
+            start + rank0 + rank1 +
+                "  1048576  262144  float  sum  -1  fast  104.86  104.86  0  10.00  "
+                "104.86  104.86  0\n",
+            "a.log");
+      },
+      "line 4", "not numbers");
+  expect_input_error(
+      [&] { parse_nccl_tests_log("# Collective test starting: broadcast_perf\n", "a.log"); },
+      "line 1", "not a collective shardplan models");
+  expect_input_error([&] { read_nccl_tests_log("/nonexistent/all_reduce.log"); }, "",
+                     "cannot open");
+}
+
+}  // namespace
+}  // namespace shardplan
