@@ -2,9 +2,11 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "calibrate/calibrate.h"
@@ -21,12 +23,16 @@ struct Assignment {
   double transfer = 0;  // bus bytes ÷ bus bandwidth, seconds, before scaling
 };
 
-Assignment assign(const ClusterSpec& cluster, const CollectiveSample& s) {
+// `protocol`: only that protocol's candidates (none may apply: latency stays infinite).
+Assignment assign(const ClusterSpec& cluster, const CollectiveSample& s,
+                  std::optional<NcclProtocol> protocol = std::nullopt) {
   Assignment best;
+  best.latency = std::numeric_limits<double>::infinity();
   double best_seconds = std::numeric_limits<double>::infinity();
   for (const CollectiveCandidate& c : collective_candidates(cluster, s.op, s.bytes, s.layout)) {
     // A run held to one algorithm; p2p collectives have only their own.
     if (s.algorithm && c.algorithm != *s.algorithm && c.algorithm != NcclAlgorithm::p2p) continue;
+    if (protocol && c.protocol != *protocol) continue;
     const CollectiveCalibration* k = calibration_of(cluster, c);
     const double ls = k ? k->latency_scale : 1.0;
     const double bs = k ? k->bandwidth_scale : 1.0;
@@ -58,8 +64,8 @@ double clamp_scale(double s) {
 // Least squares on relative errors: rows (latency / t, transfer / t), target 1, unknowns
 // (s_lat, 1 / s_bw). Falls back to one unknown when the points cannot separate the two
 // (one point, or latency and transfer in the same ratio everywhere) or the joint fit
-// gives a non-physical sign. Returns whether both were fitted.
-bool fit_regime(const std::vector<const CollectiveSample*>& points,
+// gives a non-physical sign.
+void fit_regime(const std::vector<const CollectiveSample*>& points,
                 const std::vector<Assignment>& terms, CollectiveCalibration& k) {
   const auto n = static_cast<Eigen::Index>(points.size());
   Eigen::MatrixXd a(n, 2);
@@ -69,22 +75,24 @@ bool fit_regime(const std::vector<const CollectiveSample*>& points,
     a(i, 0) = terms[static_cast<std::size_t>(i)].latency / t;
     a(i, 1) = terms[static_cast<std::size_t>(i)].transfer / t;
   }
-  // A term under 2 % of the points' time cannot be told from noise: fit the other alone
-  // (a latency fitted to 8 GiB transfers comes out anywhere).
-  const double latency_share = a.col(0).sum() * k.latency_scale / static_cast<double>(n);
-  const double transfer_share = a.col(1).sum() / k.bandwidth_scale / static_cast<double>(n);
-  const bool both_matter = latency_share > 0.02 && transfer_share > 0.02;
-  if (n >= 2 && both_matter) {
+  // Both terms, unless one is under 2 % of the points' time at the joint solution: it then
+  // cannot be told from noise (a latency fitted to 8 GiB transfers comes out anywhere),
+  // and the other is fitted alone.
+  if (n >= 2) {
     const Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(a);
     if (qr.rank() == 2) {
       const Eigen::Vector2d x = qr.solve(b);
-      if (x(0) > 0 && x(1) > 0) {
+      const double latency_share = a.col(0).sum() * x(0) / static_cast<double>(n);
+      const double transfer_share = a.col(1).sum() * x(1) / static_cast<double>(n);
+      if (x(0) > 0 && x(1) > 0 && latency_share > 0.02 && transfer_share > 0.02) {
         k.latency_scale = clamp_scale(x(0));
         k.bandwidth_scale = clamp_scale(1.0 / x(1));
-        return true;
+        return;
       }
     }
   }
+  const double latency_share = a.col(0).sum() * k.latency_scale;
+  const double transfer_share = a.col(1).sum() / k.bandwidth_scale;
   // One unknown: the term that dominates these points, the other kept.
   if (latency_share >= transfer_share) {
     const Eigen::VectorXd rest = b - a.col(1) / k.bandwidth_scale;
@@ -94,7 +102,187 @@ bool fit_regime(const std::vector<const CollectiveSample*>& points,
     const double u = a.col(1).dot(rest) / a.col(1).squaredNorm();
     if (u > 0) k.bandwidth_scale = clamp_scale(1.0 / u);
   }
-  return false;
+}
+
+// The latency scale alone, the bandwidth scale held.
+void fit_latency(const std::vector<const CollectiveSample*>& points,
+                 const std::vector<Assignment>& terms, CollectiveCalibration& k) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double t = points[i]->seconds;
+    const double x = terms[i].latency / t;
+    num += x * (1.0 - terms[i].transfer / (k.bandwidth_scale * t));
+    den += x * x;
+  }
+  if (den > 0 && num > 0) k.latency_scale = clamp_scale(num / den);
+}
+
+// The residual (sum of squared relative errors) of the best fit of one regime's line to
+// these points: both terms if that is physical, else the better single one.
+double line_residual(const std::vector<const CollectiveSample*>& points,
+                     const std::vector<Assignment>& terms) {
+  CollectiveCalibration k;
+  fit_regime(points, terms, k);
+  double sum = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double predicted =
+        k.latency_scale * terms[i].latency + terms[i].transfer / k.bandwidth_scale;
+    const double e = predicted / points[i]->seconds - 1;
+    sum += e * e;
+  }
+  return sum;
+}
+
+// A first assignment that does not depend on the uncalibrated model picking the right
+// protocol: NCCL moves from LL to LL128 to Simple as messages grow, so each series of
+// one collective on one layout is cut at two sizes into those three protocols (each
+// part empty or of two sizes at least), where lines fit it best. Within a protocol the
+// algorithm is the model's pick.
+std::vector<Assignment> segment_assignment(const ClusterSpec& cluster,
+                                           const std::vector<CollectiveSample>& samples) {
+  std::vector<Assignment> out(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) out[i] = assign(cluster, samples[i]);
+  std::map<std::tuple<Collective, int64_t, int64_t, int>, std::vector<std::size_t>> series;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const CollectiveSample& s = samples[i];
+    series[{s.op, s.layout.ranks, s.layout.ranks_per_node,
+            s.algorithm ? static_cast<int>(*s.algorithm) : -1}]
+        .push_back(i);
+  }
+  constexpr NcclProtocol kOrder[3] = {NcclProtocol::ll, NcclProtocol::ll128, NcclProtocol::simple};
+  for (auto& [key, members] : series) {
+    std::stable_sort(members.begin(), members.end(), [&](std::size_t x, std::size_t y) {
+      return samples[x].bytes < samples[y].bytes;
+    });
+    // Distinct sizes: cuts fall between them, never between two samples of one size.
+    std::vector<std::size_t> starts;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      if (k == 0 || samples[members[k]].bytes != samples[members[k - 1]].bytes) starts.push_back(k);
+    }
+    const std::size_t m = starts.size();
+    if (m < 2) continue;
+    auto begin_of = [&](std::size_t size_index) {
+      return size_index < m ? starts[size_index] : members.size();
+    };
+    std::vector<std::array<Assignment, 3>> by_protocol(members.size());
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      for (int p = 0; p < 3; ++p)
+        by_protocol[k][p] = assign(cluster, samples[members[k]], kOrder[p]);
+    }
+    double best_cost = std::numeric_limits<double>::infinity();
+    std::array<std::size_t, 2> best_cut{0, 0};
+    for (std::size_t i = 0; i <= m; ++i) {
+      for (std::size_t j = i; j <= m; ++j) {
+        const std::size_t cut[4] = {0, i, j, m};
+        double cost = 0;
+        for (int p = 0; p < 3 && std::isfinite(cost); ++p) {
+          const std::size_t sizes = cut[p + 1] - cut[p];
+          if (sizes == 0) continue;
+          if (sizes < 2) {
+            cost = std::numeric_limits<double>::infinity();
+            break;
+          }
+          std::vector<const CollectiveSample*> points;
+          std::vector<Assignment> terms;
+          for (std::size_t k = begin_of(cut[p]); k < begin_of(cut[p + 1]); ++k) {
+            if (!std::isfinite(by_protocol[k][p].latency)) {
+              cost = std::numeric_limits<double>::infinity();
+              break;
+            }
+            points.push_back(&samples[members[k]]);
+            terms.push_back(by_protocol[k][p]);
+          }
+          if (std::isfinite(cost)) cost += line_residual(points, terms);
+        }
+        if (cost < best_cost) {
+          best_cost = cost;
+          best_cut = {i, j};
+        }
+      }
+    }
+    if (!std::isfinite(best_cost)) continue;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const int p = k < begin_of(best_cut[0]) ? 0 : k < begin_of(best_cut[1]) ? 1 : 2;
+      out[members[k]] = by_protocol[k][p];
+    }
+  }
+  return out;
+}
+
+// As the run ran: under its NCCL_ALGO, if it had one.
+double predict(const ClusterSpec& c, const CollectiveSample& s) {
+  const Assignment a = assign(c, s);
+  const CollectiveCalibration* k = calibration_of(c, {.algorithm = std::get<1>(a.regime),
+                                                      .protocol = std::get<2>(a.regime),
+                                                      .tier = std::get<0>(a.regime)});
+  return (k ? k->latency_scale : 1.0) * a.latency + a.transfer / (k ? k->bandwidth_scale : 1.0);
+}
+
+using Regime = std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>;
+
+struct FitRun {
+  ClusterSpec cluster;
+  double rms = std::numeric_limits<double>::infinity();
+};
+
+// Assign, fit, repeat while the assignment changes; keep the best pass (a regime the new
+// scales make win may fit worse than the one it displaced).
+FitRun run_passes(ClusterSpec cluster, const std::vector<CollectiveSample>& samples,
+                  bool segmented_start) {
+  std::vector<Assignment> assignment(samples.size());
+  std::vector<Assignment> previous;
+  FitRun best;
+  for (int pass = 0; pass < 32; ++pass) {
+    if (pass == 0 && segmented_start) {
+      assignment = segment_assignment(cluster, samples);
+    } else {
+      for (std::size_t i = 0; i < samples.size(); ++i) assignment[i] = assign(cluster, samples[i]);
+    }
+    const bool same =
+        !previous.empty() &&
+        std::equal(assignment.begin(), assignment.end(), previous.begin(),
+                   [](const Assignment& x, const Assignment& y) { return x.regime == y.regime; });
+    if (same) break;
+    previous = assignment;
+    std::map<Regime, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < samples.size(); ++i) groups[assignment[i].regime].push_back(i);
+    // Simple first: the low-latency protocols' bandwidth is capped by it below.
+    std::vector<std::pair<Regime, std::vector<std::size_t>>> ordered(groups.begin(), groups.end());
+    std::stable_partition(ordered.begin(), ordered.end(), [](const auto& g) {
+      return std::get<2>(g.first) == NcclProtocol::simple;
+    });
+    for (const auto& [regime, members] : ordered) {
+      std::vector<const CollectiveSample*> points;
+      std::vector<Assignment> terms;
+      for (std::size_t i : members) {
+        points.push_back(&samples[i]);
+        terms.push_back(assignment[i]);
+      }
+      CollectiveCalibration& k = entry_for(cluster, regime);
+      k.points = static_cast<int64_t>(points.size());
+      fit_regime(points, terms, k);
+      // LL and LL128 carry less data per line than Simple (NCCL's wire formats: 8 bytes
+      // for 4 of data, 128 for 120), which the model's protocol shares already count:
+      // no protocol's bandwidth scale may exceed Simple's on the same tier and algorithm.
+      // Fitted to small sizes alone, where time is nearly all latency, it otherwise comes
+      // out far too fast and undercuts the protocols that really run at mid sizes.
+      if (std::get<2>(regime) == NcclProtocol::simple) continue;
+      const CollectiveCalibration* simple =
+          calibration_of(cluster, {.algorithm = std::get<1>(regime),
+                                   .protocol = NcclProtocol::simple,
+                                   .tier = std::get<0>(regime)});
+      const double cap = simple ? simple->bandwidth_scale : 1.0;
+      if (k.bandwidth_scale > cap) {
+        k.bandwidth_scale = cap;
+        fit_latency(points, terms, k);
+      }
+    }
+    std::vector<double> errors;
+    for (const CollectiveSample& s : samples) errors.push_back(predict(cluster, s) / s.seconds - 1);
+    const double rms = rms_of(errors);
+    if (rms < best.rms) best = {cluster, rms};
+  }
+  return best;
 }
 
 }  // namespace
@@ -103,64 +291,19 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
                      CalibrationReport& report) {
   if (samples.empty()) return;
   const ClusterSpec before = cluster;
-  // As the run ran: under its NCCL_ALGO, if it had one.
-  auto predict = [&](const ClusterSpec& c, const CollectiveSample& s) {
-    const Assignment a = assign(c, s);
-    const CollectiveCalibration* k = calibration_of(c, {.algorithm = std::get<1>(a.regime),
-                                                        .protocol = std::get<2>(a.regime),
-                                                        .tier = std::get<0>(a.regime)});
-    return (k ? k->latency_scale : 1.0) * a.latency + a.transfer / (k ? k->bandwidth_scale : 1.0);
-  };
-  // Assign, fit, repeat while the assignment changes; keep the best pass (a regime the
-  // new scales make win may fit worse than the one it displaced).
-  std::vector<Assignment> assignment(samples.size());
-  std::vector<Assignment> previous;
-  ClusterSpec best = cluster;
-  double best_rms = std::numeric_limits<double>::infinity();
-  std::map<std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>, bool> separated;
-  std::map<std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>, bool> best_separated;
-  for (int pass = 0; pass < 32; ++pass) {
-    for (std::size_t i = 0; i < samples.size(); ++i) assignment[i] = assign(cluster, samples[i]);
-    const bool same =
-        !previous.empty() &&
-        std::equal(assignment.begin(), assignment.end(), previous.begin(),
-                   [](const Assignment& x, const Assignment& y) { return x.regime == y.regime; });
-    if (same) break;
-    previous = assignment;
-    std::map<std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>, std::vector<std::size_t>> groups;
-    for (std::size_t i = 0; i < samples.size(); ++i) groups[assignment[i].regime].push_back(i);
-    for (const auto& [regime, members] : groups) {
-      std::vector<const CollectiveSample*> points;
-      std::vector<Assignment> terms;
-      for (std::size_t i : members) {
-        points.push_back(&samples[i]);
-        terms.push_back(assignment[i]);
-      }
-      CollectiveCalibration& k = entry_for(cluster, regime);
-      separated[regime] = fit_regime(points, terms, k);
-    }
-    std::vector<double> errors;
-    for (const CollectiveSample& s : samples) errors.push_back(predict(cluster, s) / s.seconds - 1);
-    const double rms = rms_of(errors);
-    if (rms < best_rms) {
-      best_rms = rms;
-      best = cluster;
-      best_separated = separated;
-    }
-  }
-  cluster.collective_calibration = best.collective_calibration;
+  // Two starts, the better kept: the model's own picks (right when its protocol choice
+  // is), and the series cut into protocols by size (right when the uncalibrated model
+  // switches protocol at the wrong size).
+  FitRun best = run_passes(cluster, samples, false);
+  FitRun segmented = run_passes(cluster, samples, true);
+  if (segmented.rms < best.rms) best = std::move(segmented);
+  cluster.collective_calibration = best.cluster.collective_calibration;
 
   // Per regime: the points it now explains, its fit quality, and its constants at the
   // layout of its first point, as the model costs them there.
   std::map<std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < samples.size(); ++i)
     groups[assign(cluster, samples[i]).regime].push_back(i);
-  std::erase_if(cluster.collective_calibration, [&](const CollectiveCalibration& k) {
-    return !groups.contains({k.tier, k.algorithm, k.protocol}) &&
-           calibration_of(before,
-                          {.algorithm = k.algorithm, .protocol = k.protocol, .tier = k.tier}) ==
-               nullptr;
-  });
   for (CollectiveCalibration& k : cluster.collective_calibration) {
     const auto regime = std::make_tuple(k.tier, k.algorithm, k.protocol);
     const auto found = groups.find(regime);
@@ -186,12 +329,15 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
         calibration_of(before, {.algorithm = k.algorithm, .protocol = k.protocol, .tier = k.tier});
     const double old_ls = old ? old->latency_scale : 1.0;
     const double old_bs = old ? old->bandwidth_scale : 1.0;
-    const std::string name =
-        fmt::format("{} {}/{} ({} ranks, {} per node)", network_tier_name(k.tier),
-                    nccl_algorithm_name(k.algorithm), nccl_protocol_name(k.protocol),
-                    first.layout.ranks, std::min(first.layout.ranks, first.layout.ranks_per_node));
-    const bool both = best_separated[regime];
-    const std::string note = both ? "" : "one of latency and bandwidth fitted, the other kept";
+    const std::string name = fmt::format(
+        "{} {}/{} ({} over {}, {} per node)", network_tier_name(k.tier),
+        nccl_algorithm_name(k.algorithm), nccl_protocol_name(k.protocol), collective_name(first.op),
+        first.layout.ranks, std::min(first.layout.ranks, first.layout.ranks_per_node));
+    const bool latency_fitted = old_ls != k.latency_scale;
+    const bool bandwidth_fitted = old_bs != k.bandwidth_scale;
+    // Kept: under 2 % of the regime's time, too few sizes to separate, or (bandwidth of
+    // LL/LL128) capped at Simple's.
+    const std::string kept = "kept: these points cannot tell it";
     report.constants.push_back({.name = name + " latency",
                                 .unit = "us",
                                 .before = old_ls * latency * 1e6,
@@ -199,8 +345,8 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
                                 .points = k.points,
                                 .r2 = k.r2,
                                 .rms_relative_error = k.rms_relative_error,
-                                .fitted = both || old_ls != k.latency_scale,
-                                .note = note});
+                                .fitted = latency_fitted,
+                                .note = latency_fitted ? "" : kept});
     report.constants.push_back({.name = name + " bus bandwidth",
                                 .unit = "GB/s",
                                 .before = old_bs * busbw * 1e-9,
@@ -208,8 +354,8 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
                                 .points = k.points,
                                 .r2 = k.r2,
                                 .rms_relative_error = k.rms_relative_error,
-                                .fitted = both || old_bs != k.bandwidth_scale,
-                                .note = note});
+                                .fitted = bandwidth_fitted,
+                                .note = bandwidth_fitted ? "" : kept});
   }
   std::vector<double> errors_before, errors_after;
   for (const CollectiveSample& s : samples) {

@@ -134,14 +134,16 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
   ComputeSpec& e = cluster.compute;
   const auto n = static_cast<Eigen::Index>(rows.size());
   const auto m = static_cast<Eigen::Index>(classes.size());
-  // Columns scaled to unit norm so the rank test does not depend on units.
+  // Errors in seconds, so ops count by their share of the step (what the step time is
+  // made of): row i is op i's work per class. Columns scaled to unit norm so the rank test
+  // does not depend on units.
   Eigen::MatrixXd a(n, m);
   for (Eigen::Index i = 0; i < n; ++i)
     for (Eigen::Index j = 0; j < m; ++j)
       a(i, j) = rows[static_cast<std::size_t>(i)].work[classes[static_cast<std::size_t>(j)]];
   const Eigen::VectorXd norms = a.colwise().norm().transpose();
-  const Eigen::MatrixXd scaled = a * norms.cwiseInverse().asDiagonal();
-  const Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(scaled);
+  const Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(a * norms.cwiseInverse().asDiagonal());
+  const bool separate = qr.rank() == m;
   const double overlap_total = [&] {
     double s = 0, total = 0;
     for (const Row& r : rows) {
@@ -151,32 +153,35 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
     return s / total;
   }();
   const bool fit_overlap = overlap_total > 0.01;
-  bool separate = qr.rank() == m;
   double slowdown = e.overlap_slowdown;
-  Eigen::VectorXd u(m);  // 1 / efficiency per class
+  Eigen::VectorXd prior(m);  // 1 / efficiency per class, as the cluster has it
   for (Eigen::Index j = 0; j < m; ++j)
-    u(j) = 1.0 / efficiency_of(e, classes[static_cast<std::size_t>(j)], sdpa);
+    prior(j) = 1.0 / efficiency_of(e, classes[static_cast<std::size_t>(j)], sdpa);
+  Eigen::VectorXd u = prior;
   // Alternate: efficiencies with the slowdown fixed, then the slowdown with them fixed.
   for (int pass = 0; pass < 50; ++pass) {
     Eigen::VectorXd target(n);  // each op's time without the slowdown
+    double total = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
       const Row& r = rows[static_cast<std::size_t>(i)];
       target(i) = r.measured * (1.0 - r.overlap + r.overlap / (1.0 + slowdown));
+      total += r.measured;
     }
-    if (separate) {
-      const Eigen::VectorXd x = qr.solve(target);
-      const Eigen::VectorXd candidate = x.cwiseQuotient(norms);
-      if ((candidate.array() > 0).all()) {
-        u = candidate;
-      } else {
-        separate = false;
-      }
-    }
-    if (!separate) {
-      // One scale for every class: the prior efficiencies' ratios kept.
-      const Eigen::VectorXd p = a * u;
-      u *= p.dot(target) / p.squaredNorm();
-    }
+    // First one scale for every class (the prior's ratios), then each class on its own,
+    // held weakly (ridge: 1e-4 of the step per class) to that common scale: a class the
+    // ops cannot tell from another stays at the common scale instead of going anywhere.
+    const Eigen::VectorXd p = a * prior;
+    const double common = p.dot(target) / p.squaredNorm();
+    const Eigen::VectorXd anchor = prior * common;
+    const double lambda = 1e-2 * total / std::sqrt(static_cast<double>(n));
+    Eigen::MatrixXd augmented(n + m, m);
+    Eigen::VectorXd rhs(n + m);
+    augmented.topRows(n) = a * anchor.asDiagonal();
+    augmented.bottomRows(m) = lambda * Eigen::MatrixXd::Identity(m, m);
+    rhs.head(n) = target;
+    rhs.tail(m) = Eigen::VectorXd::Constant(m, lambda);
+    const Eigen::VectorXd v = augmented.colPivHouseholderQr().solve(rhs);
+    u = (v.array() > 0).all() ? Eigen::VectorXd(anchor.cwiseProduct(v)) : anchor;
     if (!fit_overlap) break;
     // target_i = d_i (1 − o_i) + d_i o_i w, w = 1 / (1 + s): least squares in w.
     const Eigen::VectorXd base = a * u;
@@ -208,7 +213,8 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
     const Class c = classes[static_cast<std::size_t>(j)];
     double& eff = efficiency_of(e, c, sdpa);
     const double old = eff;
-    std::string note = separate ? "" : "scaled with the other classes (not separable here)";
+    std::string note =
+        separate ? "" : "not separable from the other classes here: held near their common scale";
     double fitted = 1.0 / u(j);
     if (fitted > 1.0) {
       fitted = 1.0;

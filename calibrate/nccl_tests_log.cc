@@ -165,7 +165,7 @@ NcclTestsLog parse_nccl_tests_log(std::string_view text, const std::string& file
   if (log.gpus_per_process > 1) {
     const auto smallest = std::min_element(
         rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.bytes < y.bytes; });
-    floor_us = 1.25 * std::min(smallest->oop_us, smallest->ip_us);
+    floor_us = 1.5 * std::min(smallest->oop_us, smallest->ip_us);
   }
   for (const Row& r : rows) {
     if (std::min(r.oop_us, r.ip_us) < floor_us) {

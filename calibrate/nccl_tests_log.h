@@ -36,7 +36,8 @@ struct NcclTestsLog {
   int64_t gpus_per_process = 1;  // the header's nGpus (-g)
   // Rows left out, and why: with -g above 1 one process launches every GPU's kernel in
   // turn, a host floor (~35 µs on 8 × H100) the times sit at until the transfer outlasts
-  // it; such rows (either time within 25 % of the smallest size's) measure the launch.
+  // it; rows with either time within 50 % of the smallest size's are left out: near the
+  // floor the time is the larger of launch and transfer plus jitter, not the transfer.
   int64_t rows_at_launch_floor = 0;
   std::vector<CollectiveSample> samples;
 };

@@ -9,7 +9,8 @@
 namespace shardplan {
 
 std::vector<CollectiveSample> read_probe_collectives(const std::string& path) {
-  const JsonReader r(read_json_file(path), path);
+  const nlohmann::json json = read_json_file(path);  // JsonReader keeps a pointer to it
+  const JsonReader r(json, path);
   r.expect_only(
       {"probe_version", "backend", "device", "ranks", "ranks_per_node", "collectives", "kernels"});
   const int64_t version = r.integer("probe_version");

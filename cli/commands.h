@@ -121,6 +121,13 @@ struct CalibrateParams {
   bool json = false;
 };
 
+struct ProbeParams {
+  std::string backend = "cpu";
+  std::string output;  // probe.json; empty = print it
+  std::string max_bytes = "64MiB";
+  int iterations = 5;
+};
+
 struct TraceImportParams {
   std::string input;     // Kineto Chrome trace, .json or .json.gz
   std::string output;    // the imported step (StepTrace, collectives, module times)
@@ -142,6 +149,7 @@ int run_collective(const CollectiveParams& params, std::ostream& out);
 int run_simulate(const SimulateParams& params, std::ostream& out);
 int run_compare(const CompareParams& params, std::ostream& out);
 int run_calibrate(const CalibrateParams& params, std::ostream& out);
+int run_probe(const ProbeParams& params, std::ostream& out, std::ostream& err);
 int run_trace_import(const TraceImportParams& params, std::ostream& out);
 // Initialises and finalises MPI itself; run it under mpirun with the plan's GPU count.
 int run_execute(const ExecuteParams& params, std::ostream& out, std::ostream& err);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       add_plan_command(app),    add_simulate_command(app),   add_sweep_command(app),
       add_execute_command(app), add_trace_command(app),      add_compare_command(app),
       add_pack_command(app),    add_collective_command(app), add_calibrate_command(app),
-      add_version_command(app)};
+      add_probe_command(app),   add_version_command(app)};
 
   if (auto message = unknown_command(argc, argv, app)) {
     std::cerr << "shardplan: error: " << *message << "\n";

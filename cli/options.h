@@ -30,6 +30,7 @@ Command add_compare_command(CLI::App& app);
 Command add_pack_command(CLI::App& app);
 Command add_collective_command(CLI::App& app);
 Command add_calibrate_command(CLI::App& app);
+Command add_probe_command(CLI::App& app);
 Command add_version_command(CLI::App& app);
 
 // A whole-number flag of at least 1 / at least 0. CLI11's PositiveNumber prints "Value 0

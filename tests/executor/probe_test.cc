@@ -1,0 +1,55 @@
+// `shardplan probe --backend cpu` under mpirun: every collective at every size, a file
+// calibrate reads, and a clear error without ranks to measure between.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/run_command.h"
+
+namespace shardplan::testing {
+namespace {
+
+TEST(Probe, MeasuresEveryCollectiveAndCalibrateReadsIt) {
+  const std::string probe = write_temp_file("probe.json", "");
+  const CommandResult r =
+      run_program("mpirun", {"--allow-run-as-root", "--oversubscribe", "-np", "4", SHARDPLAN_BINARY,
+                             "probe", "--max-bytes", "64K", "--iterations", "3", "-o", probe});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(probe);
+  const nlohmann::json p = nlohmann::json::parse(in);
+  EXPECT_EQ(p.at("probe_version"), 1);
+  EXPECT_EQ(p.at("ranks"), 4);
+  const nlohmann::json& tables = p.at("collectives");
+  ASSERT_EQ(tables.size(), 5u);  // one host: the world group only
+  for (const auto& t : tables) {
+    EXPECT_EQ(t.at("ranks"), 4);
+    ASSERT_EQ(t.at("rows").size(), 7u) << t.at("op");  // 1, 2, ..., 64 KiB
+    EXPECT_EQ(t.at("rows").at(0).at("bytes"), 1024.0);
+    for (const auto& row : t.at("rows")) EXPECT_GT(row.at("seconds").get<double>(), 0);
+  }
+  const std::string out = write_temp_file("probe-cluster.json", "");
+  const CommandResult c =
+      run_shardplan({"calibrate", "--cluster", "dgx-h100", "--probe", probe, "-o", out, "--json"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const nlohmann::json report = nlohmann::json::parse(c.out);
+  const nlohmann::json& check = report.at("checks").at(0);
+  EXPECT_EQ(check.at("points"), 5 * 7);
+  EXPECT_LT(check.at("rms_relative_error_after").get<double>(),
+            check.at("rms_relative_error_before").get<double>());
+  EXPECT_EQ(run_shardplan({"collective", "--cluster", out, "--op", "all_reduce", "--bytes", "1M"})
+                .exit_code,
+            0);
+}
+
+TEST(Probe, NeedsRanksToMeasureBetween) {
+  const CommandResult r = run_shardplan({"probe"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("mpirun -np N"), std::string::npos) << r.err;
+  const CommandResult bad = run_shardplan({"probe", "--backend", "tpu"});
+  EXPECT_NE(bad.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace shardplan::testing
