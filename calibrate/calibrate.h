@@ -85,7 +85,27 @@ struct CalibrationResult {
 CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
                                     const CalibrationInputs& inputs);
 
-// The samples of a probe file's collectives (what `shardplan probe` measured).
-std::vector<CollectiveSample> read_probe_collectives(const std::string& path);
+// One kernel a CUDA probe timed on its GPU: a bf16 GEMM (m × n × k) or a device copy
+// moving `bytes` (read and written in all).
+struct ProbeKernel {
+  bool gemm = true;
+  int64_t m = 0, n = 0, k = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// What `shardplan probe` wrote (docs/formats.md "Probe").
+struct ProbeFile {
+  std::string backend;  // "cpu" or "cuda"
+  std::vector<CollectiveSample> collectives;
+  std::vector<ProbeKernel> kernels;
+};
+ProbeFile read_probe_file(const std::string& path);
+
+// GEMM efficiency from the probe's GEMMs (FLOPs ÷ the power-limited BF16 peak) and
+// elementwise efficiency from its copies (bytes ÷ the measured HBM bandwidth), each one
+// least-squares scale on relative errors. Edits cluster.compute.
+void fit_probe_kernels(ClusterSpec& cluster, const std::vector<ProbeKernel>& kernels,
+                       const std::string& label, CalibrationReport& report);
 
 }  // namespace shardplan

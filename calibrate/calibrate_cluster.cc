@@ -69,12 +69,29 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
                                              collective_name(log.op), log.ranks, log.nodes,
                                              log.nodes == 1 ? "" : "s"));
   }
+  std::vector<std::pair<std::string, std::vector<ProbeKernel>>> kernels;
   for (const std::string& path : inputs.probes) {
-    const std::vector<CollectiveSample> probe = read_probe_collectives(path);
-    samples.insert(samples.end(), probe.begin(), probe.end());
-    collective_sources.push_back(path);
+    const ProbeFile probe = read_probe_file(path);
+    samples.insert(samples.end(), probe.collectives.begin(), probe.collectives.end());
+    if (!probe.collectives.empty()) collective_sources.push_back(path);
+    if (!probe.kernels.empty()) kernels.emplace_back(path, probe.kernels);
   }
   nlohmann::json out = original;
+  bool compute_fitted = false;
+  auto cite = [&](std::size_t first, const std::string& what) {
+    for (std::size_t i = first; i < result.report.constants.size(); ++i) {
+      const FittedConstant& c = result.report.constants[i];
+      out["sources"][c.name] = fmt::format(
+          "shardplan calibrate: fitted by least squares to {} ({} points, {:.4g} before){}", what,
+          c.points, c.before, c.note.empty() ? "" : "; " + c.note);
+    }
+  };
+  for (const auto& [path, measured] : kernels) {
+    const std::size_t first = result.report.constants.size();
+    fit_probe_kernels(result.cluster, measured, path, result.report);
+    cite(first, fmt::format("the GEMMs and copies {} timed", path));
+    compute_fitted = true;
+  }
   if (!samples.empty()) {
     fit_collectives(result.cluster, samples, result.report);
     out["collective_calibration"] = calibration_json(result.cluster.collective_calibration);
@@ -89,14 +106,11 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
       const Timeline t = timeline_from_json(read_json_file(path), path);
       const std::size_t first = result.report.constants.size();
       fit_compute(result.cluster, plan, t, path, result.report);
-      for (std::size_t i = first; i < result.report.constants.size(); ++i) {
-        const FittedConstant& c = result.report.constants[i];
-        out["sources"][c.name] = fmt::format(
-            "shardplan calibrate: fitted by least squares to the {} compute ops "
-            "{} measured for {} ({:.4g} before){}",
-            c.points, path, inputs.plan, c.before, c.note.empty() ? "" : "; " + c.note);
-      }
+      cite(first, fmt::format("the compute ops {} measured for {}", path, inputs.plan));
     }
+    compute_fitted = true;
+  }
+  if (compute_fitted) {
     const ComputeSpec& e = result.cluster.compute;
     out["compute"] = {{"gemm_efficiency", e.gemm_efficiency},
                       {"fp8_gemm_efficiency", e.fp8_gemm_efficiency},

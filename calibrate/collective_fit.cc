@@ -150,7 +150,8 @@ std::vector<Assignment> segment_assignment(const ClusterSpec& cluster,
         .push_back(i);
   }
   constexpr NcclProtocol kOrder[3] = {NcclProtocol::ll, NcclProtocol::ll128, NcclProtocol::simple};
-  for (auto& [key, members] : series) {
+  for (auto& entry : series) {
+    std::vector<std::size_t>& members = entry.second;
     std::stable_sort(members.begin(), members.end(), [&](std::size_t x, std::size_t y) {
       return samples[x].bytes < samples[y].bytes;
     });

@@ -17,13 +17,6 @@ namespace shardplan {
 static_assert(kCudaStreams == kNumStreams, "the plugin needs one CUDA stream per plan stream");
 namespace {
 
-template <typename F>
-F symbol(void* handle, const char* name) {
-  auto* f = reinterpret_cast<F>(::dlsym(handle, name));
-  if (f == nullptr) throw std::runtime_error(fmt::format("the CUDA plugin has no {}", name));
-  return f;
-}
-
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v == nullptr ? fallback : std::atoi(v);
@@ -36,14 +29,14 @@ class CudaBackend final : public ExecutorBackend {
     std::string error;
     void* h = load_cuda_plugin(error);
     if (h == nullptr) throw InputError("", "--backend cuda", error);
-    unique_id_ = symbol<decltype(unique_id_)>(h, "shardplan_cuda_unique_id");
-    open_ = symbol<decltype(open_)>(h, "shardplan_cuda_open");
-    alloc_ = symbol<decltype(alloc_)>(h, "shardplan_cuda_alloc");
-    begin_ = symbol<decltype(begin_)>(h, "shardplan_cuda_begin_step");
-    run_ = symbol<decltype(run_)>(h, "shardplan_cuda_run");
-    end_ = symbol<decltype(end_)>(h, "shardplan_cuda_end_step");
-    memory_ = symbol<decltype(memory_)>(h, "shardplan_cuda_memory");
-    close_ = symbol<decltype(close_)>(h, "shardplan_cuda_close");
+    unique_id_ = cuda_plugin_symbol<decltype(unique_id_)>(h, "shardplan_cuda_unique_id");
+    open_ = cuda_plugin_symbol<decltype(open_)>(h, "shardplan_cuda_open");
+    alloc_ = cuda_plugin_symbol<decltype(alloc_)>(h, "shardplan_cuda_alloc");
+    begin_ = cuda_plugin_symbol<decltype(begin_)>(h, "shardplan_cuda_begin_step");
+    run_ = cuda_plugin_symbol<decltype(run_)>(h, "shardplan_cuda_run");
+    end_ = cuda_plugin_symbol<decltype(end_)>(h, "shardplan_cuda_end_step");
+    memory_ = cuda_plugin_symbol<decltype(memory_)>(h, "shardplan_cuda_memory");
+    close_ = cuda_plugin_symbol<decltype(close_)>(h, "shardplan_cuda_close");
     if (mpi_) {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
       MPI_Comm_size(MPI_COMM_WORLD, &size_);

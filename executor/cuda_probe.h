@@ -1,5 +1,8 @@
 #pragma once
 
+#include <dlfcn.h>
+
+#include <stdexcept>
 #include <string>
 
 namespace shardplan {
@@ -21,6 +24,14 @@ CudaProbe probe_cuda();
 
 // The loaded plugin's handle (dlopen), or nullptr with `error` saying why.
 void* load_cuda_plugin(std::string& error);
+
+// A function of the loaded plugin; throws when it lacks one (a plugin from another build).
+template <typename F>
+F cuda_plugin_symbol(void* handle, const char* name) {
+  auto* f = reinterpret_cast<F>(::dlsym(handle, name));
+  if (f == nullptr) throw std::runtime_error(std::string("the CUDA plugin has no ") + name);
+  return f;
+}
 
 // Throws InputError("no CUDA device: ...") unless a CUDA device is usable; the CUDA
 // executor calls this before anything else.

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "models/module_cost.h"
 
 namespace shardplan {
 
@@ -21,5 +24,13 @@ struct ProbeOptions {
 // over `iterations` after `warmup`, the slowest rank's. Collective over `world`; rank 0's
 // return value is the probe file (docs/formats.md "probe.json"), the others' are empty.
 nlohmann::json run_cpu_probe(MPI_Comm world, const ProbeOptions& options);
+
+// The same collectives with NCCL on this machine's GPUs (one per rank, in node order),
+// through the CUDA plugin, each timed on the device by CUDA events around the op alone
+// (no host launch gaps, unlike nccl-tests' wall clock); then, on each rank's GPU, bf16
+// cuBLAS GEMMs of `gemms` and device copies of 64 MiB, 256 MiB and 1 GiB ("kernels" in
+// the probe file; rank 0's). Throws InputError without a CUDA device or plugin.
+nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& options,
+                              const std::vector<GemmShape>& gemms);
 
 }  // namespace shardplan

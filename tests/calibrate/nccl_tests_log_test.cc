@@ -136,22 +136,20 @@ TEST(ProbeFile, BadProbesAreClearErrors) {
       R"({"op": "all_reduce", "group": "world", "ranks": 4, "ranks_per_node": 4,
           "rows": [{"bytes": 1024, "seconds": 1e-5}]})";
   std::string path = probe(R"({"probe_version": 1, "collectives": [)" + ok_table + "]}");
-  ASSERT_EQ(read_probe_collectives(path).size(), 1u);
-  EXPECT_EQ(read_probe_collectives(path)[0].layout.ranks, 4);
+  ASSERT_EQ(read_probe_file(path).collectives.size(), 1u);
+  EXPECT_EQ(read_probe_file(path).collectives[0].layout.ranks, 4);
   path = probe(R"({"probe_version": 2, "collectives": []})");
-  testing::expect_input_error([&] { read_probe_collectives(path); }, "/probe_version",
-                              "reads version 1");
+  testing::expect_input_error([&] { read_probe_file(path); }, "/probe_version", "reads version 1");
   path = probe(R"({"probe_version": 1, "collectives": [{"op": "broadcast", "group": "world",
                   "ranks": 4, "ranks_per_node": 4, "rows": []}]})");
-  testing::expect_input_error([&] { read_probe_collectives(path); }, "/collectives/0/op",
-                              "broadcast");
+  testing::expect_input_error([&] { read_probe_file(path); }, "/collectives/0/op", "broadcast");
   path = probe(R"({"probe_version": 1, "collectives": [{"op": "all_reduce", "group": "world",
                   "ranks": 4, "ranks_per_node": 4, "rows": [{"bytes": 1024, "seconds": -1}]}]})");
-  testing::expect_input_error([&] { read_probe_collectives(path); },
-                              "/collectives/0/rows/0/seconds", "must be in");
+  testing::expect_input_error([&] { read_probe_file(path); }, "/collectives/0/rows/0/seconds",
+                              "must be in");
   path = probe(R"({"probe_version": 1, "collectives": []})");
-  testing::expect_input_error([&] { read_probe_collectives(path); }, "/collectives",
-                              "no measured collectives");
+  testing::expect_input_error([&] { read_probe_file(path); }, "/collectives",
+                              "no measured collectives or kernels");
   std::filesystem::remove(path);
 }
 
