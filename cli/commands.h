@@ -123,7 +123,7 @@ struct CalibrateParams {
 
 struct ProbeParams {
   std::string backend = "cpu";
-  std::string plan;  // cuda: GEMM shapes from this plan.json; empty = squares
+  std::string plan;    // cuda: GEMM shapes from this plan.json; empty = squares
   std::string output;  // probe.json; empty = print it
   std::string max_bytes = "64MiB";
   int iterations = 5;
