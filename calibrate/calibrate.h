@@ -62,12 +62,15 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
                  const std::string& label, CalibrationReport& report);
 
 // What `shardplan calibrate` reads: nccl-tests logs, probe files (`shardplan probe -o`),
-// and timelines `shardplan execute` measured for one plan.
+// profiler traces, and timelines `shardplan execute` measured for one plan.
 struct CalibrationInputs {
   std::vector<std::string> nccl_tests;
   // The NCCL_ALGO the logs ran with ("ring", "tree", "nvls"); empty: NCCL's own choice.
   std::string nccl_algorithm;
   std::vector<std::string> probes;
+  // Profiler traces (trace import): the NCCL kernels of every step, with their sizes and
+  // group sizes, as collective samples (they ran beside compute: contention included).
+  std::vector<std::string> traces;
   std::string plan;  // plan.json the measured timelines ran; required with them
   std::vector<std::string> measured;
 };
@@ -101,6 +104,10 @@ struct ProbeFile {
   std::vector<ProbeKernel> kernels;
 };
 ProbeFile read_probe_file(const std::string& path);
+
+// The collectives of every step of a profiler trace whose collective, size and group size
+// are known, as samples; ranks fill nodes of `gpus_per_node` in order.
+std::vector<CollectiveSample> trace_collectives(const std::string& path, int64_t gpus_per_node);
 
 // GEMM efficiency from the probe's GEMMs (FLOPs ÷ the power-limited BF16 peak) and
 // elementwise efficiency from its copies (bytes ÷ the measured HBM bandwidth), each one

@@ -39,10 +39,11 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   const auto [original, label] = cluster_json(cluster_name_or_file);
   CalibrationResult result;
   result.cluster = cluster_from_json(original, label);
-  if (inputs.nccl_tests.empty() && inputs.probes.empty() && inputs.measured.empty()) {
+  if (inputs.nccl_tests.empty() && inputs.probes.empty() && inputs.traces.empty() &&
+      inputs.measured.empty()) {
     throw InputError("", "calibrate",
-                     "nothing to fit: give --nccl-tests logs, --probe files or --measured "
-                     "timelines");
+                     "nothing to fit: give --nccl-tests logs, --probe files, --trace profiles or "
+                     "--measured timelines");
   }
   if (!inputs.measured.empty() && inputs.plan.empty()) {
     throw InputError("", "--plan", "--measured timelines need the plan.json they ran");
@@ -68,6 +69,12 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
     collective_sources.push_back(fmt::format("{} ({}, {} ranks on {} node{})", path,
                                              collective_name(log.op), log.ranks, log.nodes,
                                              log.nodes == 1 ? "" : "s"));
+  }
+  for (const std::string& path : inputs.traces) {
+    const std::vector<CollectiveSample> traced =
+        trace_collectives(path, result.cluster.gpus_per_node);
+    samples.insert(samples.end(), traced.begin(), traced.end());
+    collective_sources.push_back(fmt::format("{} ({} NCCL kernels)", path, traced.size()));
   }
   std::vector<std::pair<std::string, std::vector<ProbeKernel>>> kernels;
   for (const std::string& path : inputs.probes) {

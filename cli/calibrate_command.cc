@@ -31,6 +31,7 @@ int run_calibrate(const CalibrateParams& p, std::ostream& out) {
   const CalibrationResult result = calibrate_cluster(p.cluster, {.nccl_tests = p.nccl_tests,
                                                                  .nccl_algorithm = p.nccl_algorithm,
                                                                  .probes = p.probes,
+                                                                 .traces = p.traces,
                                                                  .plan = p.plan,
                                                                  .measured = p.measured});
   if (!p.output.empty()) write_file_atomically(p.output, result.cluster_json.dump(2) + "\n");
@@ -107,6 +108,8 @@ Command add_calibrate_command(CLI::App& app) {
       "--nccl-algo", p.nccl_algorithm,
       "ring | tree | nvls: the NCCL_ALGO the logs ran with (default: NCCL chose)");
   calibrate->add_option("--probe", p.probes, "probe.json from shardplan probe");
+  calibrate->add_option("--trace", p.traces,
+                        "a PyTorch profiler trace: its NCCL kernels' sizes and times, every step");
   calibrate->add_option("--plan", p.plan, "plan.json the --measured timelines ran");
   calibrate->add_option("--measured", p.measured, "timeline.json from shardplan execute");
   calibrate->add_option("-o,--output", p.output, "write the calibrated cluster file");

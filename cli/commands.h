@@ -115,6 +115,7 @@ struct CalibrateParams {
   std::vector<std::string> nccl_tests;  // nccl-tests logs
   std::string nccl_algorithm;           // the NCCL_ALGO they ran with; empty = NCCL's choice
   std::vector<std::string> probes;      // probe.json files
+  std::vector<std::string> traces;      // profiler traces (trace import)
   std::string plan;                     // plan.json of the measured timelines
   std::vector<std::string> measured;    // timeline.json from execute
   std::string output;                   // calibrated cluster file; empty = report only

@@ -165,7 +165,7 @@ struct ActivityTally {
 };
 
 // Sizes `op` by the collective's elements and names it by kind and module.
-void describe_collective_op(const ImportedCollective& c, const KinetoEvent& kernel, TimelineOp& op,
+void describe_collective_op(ImportedCollective& c, const KinetoEvent& kernel, TimelineOp& op,
                             ActivityTally& tally) {
   if (c.in_elements < 0 && c.out_elements < 0) {
     ++tally.unsized;
@@ -174,7 +174,8 @@ void describe_collective_op(const ImportedCollective& c, const KinetoEvent& kern
   }
   if (c.kind == "unknown") ++tally.unknown_kinds[short_kernel_name(kernel.name)];
   const int64_t elements = std::max(c.in_elements, c.out_elements);
-  op.bytes = elements > 0 ? static_cast<double>(elements * dtype_size(c.dtype)) : 0;
+  c.bytes = elements > 0 ? static_cast<double>(elements * dtype_size(c.dtype)) : 0;
+  op.bytes = c.bytes;
   op.kind = c.kind;
   op.stream = timeline_stream(c.kind);
   op.name = c.module.empty() ? c.kind : fmt::format("{} {}", c.kind, c.module);

@@ -49,6 +49,7 @@ nlohmann::json imported_trace_to_json(const ImportedTrace& in) {
                            {"out_elements", c.out_elements},
                            {"group_size", c.group_size},
                            {"dtype", c.dtype},
+                           {"bytes", c.bytes},
                            {"stream", c.stream},
                            {"start_seconds", c.start_seconds},
                            {"duration_seconds", c.duration_seconds},

@@ -23,6 +23,7 @@ struct ImportedCollective {
   int64_t out_elements = -1;
   int64_t group_size = -1;
   std::string dtype;
+  double bytes = 0;  // as nccl-tests counts them: the larger of in and out; 0 when unknown
   int64_t stream = -1;
   double start_seconds = 0;  // from the step's first GPU activity
   double duration_seconds = 0;
