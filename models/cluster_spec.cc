@@ -126,9 +126,14 @@ LinkSpec parse_link(const JsonReader& r) {
   };
 }
 
+constexpr NameTable<CollectiveLibrary, 2> kLibraryNames = {
+    {{CollectiveLibrary::nccl, "nccl"}, {CollectiveLibrary::rccl, "rccl"}}};
+
 NcclSpec parse_nccl(const JsonReader& r) {
-  r.expect_only({"base_latency_s", "collective_sms", "nvls", "ib_sharp"});
+  r.expect_only({"library", "base_latency_s", "collective_sms", "nvls", "ib_sharp"});
   return NcclSpec{
+      .library =
+          r.has("library") ? parse_name(r, "library", kLibraryNames) : CollectiveLibrary::nccl,
       .base_latency_s = r.number_in("base_latency_s", 0, kMaxLatencySeconds),
       .collective_sms = r.integer("collective_sms"),
       .nvls = r.boolean("nvls"),

@@ -67,7 +67,11 @@ struct CollectiveCalibration {
   double rms_relative_error = 0;
 };
 
+// Which collective library's tuning constants apply: NCCL's, or RCCL's on AMD GPUs.
+enum class CollectiveLibrary { nccl, rccl };
+
 struct NcclSpec {
+  CollectiveLibrary library = CollectiveLibrary::nccl;
   double base_latency_s = 0;   // fixed cost of launching a collective
   int64_t collective_sms = 0;  // SMs an NCCL collective kernel occupies
   bool nvls = false;           // NVLink SHARP (in-switch reduction)

@@ -9,16 +9,41 @@
 namespace shardplan {
 namespace {
 
-// NCCL src/graph/tuning.cc (v2.23–2.30; ../shared/REFERENCES.md), indexed by protocol
-// LL, LL128, Simple, in microseconds. The cluster files carry the LL entries of the
-// ring rows (nccl.base_latency_s, intra_node.latency_s, inter_node.latency_s).
-constexpr std::array<double, 3> kRingBaseUs = {6.6, 14.0, 8.4};
-constexpr std::array<double, 3> kTreeBaseUs = {6.8, 14.0, 8.4};
-constexpr std::array<double, 3> kRingNvlinkHopUs = {0.6, 1.9, 3.4};
-constexpr std::array<double, 3> kTreeNvlinkHopUs = {0.6, 1.25, 4.0};
-constexpr std::array<double, 3> kRingNetHopUs = {2.7, 4.0, 14.0};
-constexpr std::array<double, 3> kTreeNetHopUs = {5.0, 8.5, 14.0};
-constexpr double kNvlsHopUs = 25.0;  // NVLS, Simple protocol only
+// A collective library's tuning constants (src/graph/tuning.cc), indexed by protocol LL,
+// LL128, Simple, in microseconds; the cluster files carry the LL entries of the ring rows
+// (nccl.base_latency_s, intra_node.latency_s, inter_node.latency_s).
+struct TuningTable {
+  std::array<double, 3> ring_base, tree_base;
+  std::array<double, 3> ring_nvlink_hop, tree_nvlink_hop;  // NVLink (RCCL: XGMI)
+  std::array<double, 3> ring_net_hop, tree_net_hop;
+  double nvls_hop;
+  bool ll128;  // LL128 runs by default
+};
+
+// NCCL v2.23-2.30 (../shared/REFERENCES.md; docs/research/nccl.md section 5.1); NVLS
+// Simple only.
+constexpr TuningTable kNccl = {.ring_base = {6.6, 14.0, 8.4},
+                               .tree_base = {6.8, 14.0, 8.4},
+                               .ring_nvlink_hop = {0.6, 1.9, 3.4},
+                               .tree_nvlink_hop = {0.6, 1.25, 4.0},
+                               .ring_net_hop = {2.7, 4.0, 14.0},
+                               .tree_net_hop = {5.0, 8.5, 14.0},
+                               .nvls_hop = 25.0,
+                               .ll128 = true};
+
+// RCCL's gfx942 (MI300X) table, tuning_model_5 (ROCm/rocm-systems projects/rccl/src/graph/
+// tuning.cc @03a89144): baseLat {12, 12, 17} for ring and tree; hwLat "NVLINK" (XGMI) ring
+// {0.8, 0.8, 2.1}, tree {0.9, 0.9, 2.3}; NET ring {9.5, 9.5, 320}, tree {10.5, 10.5, 25}.
+// LL128 is off by default on gfx942 with 8 NICs (RCCL CHANGELOG: enabled "for gfx942 with
+// 4-NIC configurations"; ROCm/rccl #1549); no NVLS. models/clusters/mi300x.json.
+constexpr TuningTable kRccl = {.ring_base = {12.0, 12.0, 17.0},
+                               .tree_base = {12.0, 12.0, 17.0},
+                               .ring_nvlink_hop = {0.8, 0.8, 2.1},
+                               .tree_nvlink_hop = {0.9, 0.9, 2.3},
+                               .ring_net_hop = {9.5, 9.5, 320.0},
+                               .tree_net_hop = {10.5, 10.5, 25.0},
+                               .nvls_hop = 0.0,
+                               .ll128 = false};
 
 // Share of the bus bandwidth each protocol delivers: LL sends 4 bytes of data per
 // 8-byte line (flag + data), so half; LL128 120 of 128 bytes, capped by NCCL at 0.92 of
@@ -26,8 +51,13 @@ constexpr double kNvlsHopUs = 25.0;  // NVLS, Simple protocol only
 constexpr std::array<double, 3> kProtocolBandwidth = {0.5, 0.92, 1.0};
 
 // NVLS all-reduce over NVSwitch peaks near 480 GB/s busbw on 8 × H100 where rings reach
-// 360 (nccl-tests #212, nccl #1281): 4/3 of the ring's measured bus bandwidth.
+// 360 (nccl-tests #212, nccl #1281): 4/3 of the ring's measured bus bandwidth. (Blackwell:
+// 845 against 695 on 8 × B300, nccl #2140, i.e. 1.22; the model keeps 4/3.)
 constexpr double kNvlsOverRing = 480.0 / 360.0;
+
+const TuningTable& tuning_of(const ClusterSpec& cluster) {
+  return cluster.nccl.library == CollectiveLibrary::rccl ? kRccl : kNccl;
+}
 
 constexpr std::array<NcclProtocol, 3> kProtocols = {NcclProtocol::ll, NcclProtocol::ll128,
                                                     NcclProtocol::simple};
@@ -82,9 +112,10 @@ CollectiveCandidates collective_candidates(const ClusterSpec& cluster, Collectiv
                              .bus_bandwidth = busbw,
                              .bus_bytes = bus_bytes};
   };
+  const TuningTable& t = tuning_of(cluster);
   if (op == Collective::send_recv || op == Collective::all_to_all) {
     const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
-    const double hop = nodes > 1 ? kRingNetHopUs[simple] : kRingNvlinkHopUs[simple];
+    const double hop = nodes > 1 ? t.ring_net_hop[simple] : t.ring_nvlink_hop[simple];
     double busbw = ring_busbw;
     if (op == Collective::all_to_all && nodes > 1) {
       const double n_nodes = static_cast<double>(nodes);
@@ -92,7 +123,7 @@ CollectiveCandidates collective_candidates(const ClusterSpec& cluster, Collectiv
           cluster.intra_node.measured_bus_bandwidth_bytes_per_s,
           cluster.inter_node.measured_bus_bandwidth_bytes_per_s * n_nodes / (n_nodes - 1.0));
     }
-    add(NcclAlgorithm::p2p, NcclProtocol::simple, kRingBaseUs[simple] + hop, busbw);
+    add(NcclAlgorithm::p2p, NcclProtocol::simple, t.ring_base[simple] + hop, busbw);
     return out;
   }
   const double steps =
@@ -100,20 +131,21 @@ CollectiveCandidates collective_candidates(const ClusterSpec& cluster, Collectiv
   const double net_steps =
       (op == Collective::all_reduce ? 2.0 : 1.0) * static_cast<double>(nodes - 1);
   for (NcclProtocol p : kProtocols) {
+    if (p == NcclProtocol::ll128 && !t.ll128) continue;
     const auto i = static_cast<std::size_t>(p);
     const double ring_latency =
-        kRingBaseUs[i] + (steps - net_steps) * kRingNvlinkHopUs[i] + net_steps * kRingNetHopUs[i];
+        t.ring_base[i] + (steps - net_steps) * t.ring_nvlink_hop[i] + net_steps * t.ring_net_hop[i];
     add(NcclAlgorithm::ring, p, ring_latency, ring_busbw * kProtocolBandwidth[i]);
     if (op == Collective::all_reduce && nodes > 1) {
       const double tree_latency =
-          kTreeBaseUs[i] + 2.0 * (static_cast<double>(per_node - 1) * kTreeNvlinkHopUs[i] +
-                                  std::log2(static_cast<double>(nodes)) * kTreeNetHopUs[i]);
+          t.tree_base[i] + 2.0 * (static_cast<double>(per_node - 1) * t.tree_nvlink_hop[i] +
+                                  std::log2(static_cast<double>(nodes)) * t.tree_net_hop[i]);
       add(NcclAlgorithm::tree, p, tree_latency, ring_busbw * kProtocolBandwidth[i]);
     }
   }
-  if (op == Collective::all_reduce && nodes == 1 && cluster.nccl.nvls) {
+  if (op == Collective::all_reduce && nodes == 1 && cluster.nccl.nvls && t.nvls_hop > 0) {
     const auto simple = static_cast<std::size_t>(NcclProtocol::simple);
-    add(NcclAlgorithm::nvls, NcclProtocol::simple, kRingBaseUs[simple] + kNvlsHopUs,
+    add(NcclAlgorithm::nvls, NcclProtocol::simple, t.ring_base[simple] + t.nvls_hop,
         cluster.intra_node.measured_bus_bandwidth_bytes_per_s * kNvlsOverRing);
   }
   return out;

@@ -219,7 +219,14 @@ INSTANTIATE_TEST_SUITE_P(
         // GB200 NVL72: B200 at 2.5 PFLOP/s BF16, 5 FP8 dense; 72 GPUs in one NVLink domain.
         PublishedCluster{"gb200-nvl72", 186, 2.5e15, 5e15, 72},
         // H100 SXM 96 GB HBM2e (Meta's Grand Teton hosts).
-        PublishedCluster{"h100-96gb", 96, 989.4e12, 1978.9e12, 8}),
+        PublishedCluster{"h100-96gb", 96, 989.4e12, 1978.9e12, 8},
+        // DGX B200: 180 GB, 2.25 PFLOP/s BF16 and 4.5 FP8 dense at 1000 W.
+        PublishedCluster{"dgx-b200", 180, 2.25e15, 4.5e15, 8},
+        // GB300 NVL72: 2.5 / 5 PFLOP/s dense; 288 GB HBM3e of which datacrunch's GB300
+        // table lists 279 GB usable (CUDA reports 283254 MiB = 276.6 GiB).
+        PublishedCluster{"gb300-nvl72", 279, 2.5e15, 5e15, 72},
+        // MI300X: 192 GB HBM3, 1307.4 TFLOP/s BF16 and 2614.9 FP8 dense (ROCm mi300.md).
+        PublishedCluster{"mi300x", 192, 1307.4e12, 2614.9e12, 8}),
     [](const ::testing::TestParamInfo<PublishedCluster>& param_info) {
       std::string name = param_info.param.name;
       for (char& c : name) {
@@ -233,8 +240,9 @@ TEST(ClustersCommandTest, ListsExactlyTheZooClusters) {
   for (const nlohmann::json& c : clusters_json().at("clusters")) {
     names.insert(c.at("name").get<std::string>());
   }
-  EXPECT_EQ(names, (std::set<std::string>{"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200",
-                                          "gb200-nvl72", "h100-96gb"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"dgx-a100", "dgx-a100-40gb", "dgx-b200", "dgx-h100", "dgx-h200",
+                                   "gb200-nvl72", "gb300-nvl72", "h100-96gb", "mi300x"}));
 }
 
 TEST(ClustersCommandTest, OnlyTheA100sLackFp8) {

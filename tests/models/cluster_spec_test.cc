@@ -24,9 +24,9 @@ void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std:
 }
 
 TEST(ClusterZoo, EveryConstantNamesItsSource) {
-  ASSERT_EQ(cluster_zoo_names(),
-            (std::vector<std::string>{"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200",
-                                      "gb200-nvl72", "h100-96gb"}));
+  ASSERT_EQ(cluster_zoo_names(), (std::vector<std::string>{"dgx-a100", "dgx-a100-40gb", "dgx-b200",
+                                                           "dgx-h100", "dgx-h200", "gb200-nvl72",
+                                                           "gb300-nvl72", "h100-96gb", "mi300x"}));
   for (const EmbeddedFile& f : cluster_zoo_files()) {
     const nlohmann::json j = parse_json_text(f.text, std::string(f.origin));
     std::vector<std::string> fields;

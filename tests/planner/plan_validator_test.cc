@@ -184,6 +184,12 @@ TEST(PlanJson, RejectsOtherVersionsAndBadFields) {
       testing::expect_input_error([&] { plan_from_json(j, "plan.json"); },
                                   "/ops/" + std::to_string(i) + "/attention_flops",
                                   "exceeds the op's flops");
+      // The output layer's BF16 GEMMs are part of the op's FLOPs, beside its attention.
+      j["ops"][i]["attention_flops"] = j["ops"][i]["flops"].get<double>() / 2;
+      j["ops"][i]["bf16_gemm_flops"] = j["ops"][i]["flops"].get<double>() / 2 + 1;
+      testing::expect_input_error([&] { plan_from_json(j, "plan.json"); },
+                                  "/ops/" + std::to_string(i) + "/bf16_gemm_flops",
+                                  "with attention_flops exceeds the op's flops");
       break;
     }
   }
