@@ -106,10 +106,13 @@ nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& o,
   MPI_Comm_rank(node, &node_rank);
   int leader = rank;
   MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node);
-  int most = per_node;
+  int most = per_node, fewest = per_node;
   MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world);
+  MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_INT, MPI_MIN, world);
   MPI_Comm_free(&node);
-  const bool hosts = most < ranks;
+  // The per-host group only when every host has the same ranks: ncclCommSplit and the
+  // per-size timings are collective over the world, so every rank must take part alike.
+  const bool hosts = most < ranks && fewest == most && most > 1;
   std::vector<ShardplanCudaGroup> groups = {{.ranks = ranks, .rank = rank, .color = 0}};
   if (hosts) groups.push_back({.ranks = per_node, .rank = node_rank, .color = leader});
   char id[128] = {};
