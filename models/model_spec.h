@@ -79,6 +79,10 @@ struct ModuleCost {
   Footprint output_per_token;             // a matmul's output (sac_op keeps the odd ones')
   Footprint grad_output_per_token;        // its gradient as it arrives (a sequence-parallel shard)
   Footprint eager_extra_saved_per_token;  // what eager PyTorch keeps beyond fused kernels
+  // Activation elements eager PyTorch's unfused kernels read and write beyond the fused
+  // ones' fwd_io_elements_per_token (norms in fp32 pieces, RoPE through complex fp32,
+  // SiLU and its product apart, residual adds on their own).
+  double eager_extra_io_elements_per_token = 0;
   Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
   Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks
   bool bf16_under_fp8 = false;            // a GEMM that stays in BF16 when the job runs FP8

@@ -138,6 +138,13 @@ Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
   m.cost.fwd_io_elements_per_token = 2.0 * d(a.hidden_size) / r.seq;
   m.cost.saved_per_token =
       scaled(elements_and_fixed(d(a.hidden_size), layernorm ? 8.0 : 4.0), r.seq);
+  // Eager PyTorch runs RMSNorm (aten's composite rms_norm, torchtitan's RMSNorm) as
+  // separate kernels on an fp32 copy: to(float) (read 2, write 4 bytes per element), pow
+  // (4, 4), mean (4), x·rsqrt (4, 4), type_as (4, 2), ·weight (2, 2) = 36 bytes where a
+  // fused norm moves 4: 16 more bf16 elements per hidden element. LayerNorm has aten's own
+  // fused kernel (native_layer_norm) in eager too. The residual add before either is its
+  // own kernel (read 2 × 2, write 2 bytes), which fused stacks fold into the norm: 3 more.
+  m.cost.eager_extra_io_elements_per_token = (layernorm ? 3.0 : 19.0) * d(a.hidden_size) / r.seq;
   m.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
   return m;
 }
@@ -207,6 +214,11 @@ Module attention(const std::string& name, const TransformerArch& a, const Ranks&
   // Flash attention's backward recomputes the scores: 5 matmuls against 2 (REFERENCES).
   core.cost.bwd_flops_factor = a.flash_attention ? 2.5 : 2.0;
   core.cost.fwd_io_elements_per_token = local_q + 2.0 * local_kv + local_q;
+  // Eager RoPE (torchtitan's apply_rotary_emb): q and k to fp32 (read 2, write 4 bytes),
+  // a complex product (4, 4), type_as (4, 2) = 20 bytes per element where a fused RoPE
+  // moves 4: 8 more bf16 elements for each of q and k.
+  if (a.position_embedding == PositionEmbedding::rope)
+    core.cost.eager_extra_io_elements_per_token = 8.0 * (local_q + local_kv);
   const Footprint qkv = elements(local_q + 2.0 * local_kv);
   core.cost.saved_per_token = qkv;
   if (a.flash_attention) {
@@ -248,6 +260,8 @@ Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
   // Eager PyTorch runs silu(gate) * up as two ops: SiLU saves its input (the gate) and the
   // product saves both its operands, so SiLU's output is kept as well.
   if (kind == MlpKind::swiglu) m.cost.eager_extra_saved_per_token = elements(d(ffn));
+  // ... and as two kernels it moves SiLU's output out and back in: 2 more elements.
+  if (kind == MlpKind::swiglu) m.cost.eager_extra_io_elements_per_token = 2.0 * d(ffn);
   return m;
 }
 

@@ -202,8 +202,10 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
       if (recompute == Recompute::selective) s.backward_attention_flops += rerun;
     }
     double io_elements = 0;
+    const bool eager = shape.stack == Stack::torch_eager;
     for_each_module(*t.module, [&](const Module& m) {
-      io_elements += m.cost.fwd_io_elements_per_token * m.cost.token_fraction;
+      const double extra = eager ? m.cost.eager_extra_io_elements_per_token : 0.0;
+      io_elements += (m.cost.fwd_io_elements_per_token + extra) * m.cost.token_fraction;
     });
     s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);
     const Fp8CastBytes casts = fp8_cast_bytes(*t.module, shape);
