@@ -11,6 +11,7 @@
 
 #include "calibrate/calibrate.h"
 #include "calibrate/fit_stats.h"
+#include "models/error.h"
 
 namespace shardplan {
 namespace {
@@ -291,6 +292,18 @@ FitRun run_passes(ClusterSpec cluster, const std::vector<CollectiveSample>& samp
 void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& samples,
                      CalibrationReport& report) {
   if (samples.empty()) return;
+  // A sample the model cannot run as it ran (NCCL_ALGO=nvls for an all-gather, or on a
+  // cluster without NVLS) has nothing to fit.
+  for (const CollectiveSample& s : samples) {
+    if (!std::isfinite(assign(cluster, s).latency)) {
+      throw InputError(
+          s.where, "--nccl-algo",
+          fmt::format("{} over {} ranks cannot run as {} on {} in shardplan's "
+                      "model (NCCL has no such algorithm for it there)",
+                      collective_name(s.op), s.layout.ranks,
+                      s.algorithm ? nccl_algorithm_name(*s.algorithm) : "any", cluster.name));
+    }
+  }
   const ClusterSpec before = cluster;
   // Two starts, the better kept: the model's own picks (right when its protocol choice
   // is), and the series cut into protocols by size (right when the uncalibrated model

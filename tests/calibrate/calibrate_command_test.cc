@@ -75,6 +75,11 @@ TEST(CalibrateCommand, ErrorsNameTheInput) {
       {"calibrate", "--nccl-tests", kLogs + "all_gather_ring.out", "--nccl-algo", "collnet"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--nccl-algo"), std::string::npos) << r.err;
+  // All-gather has no NVLS algorithm: the log cannot have run that way.
+  r = run_shardplan(
+      {"calibrate", "--nccl-tests", kLogs + "all_gather_ring.out", "--nccl-algo", "nvls"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot run as nvls"), std::string::npos) << r.err;
   r = run_shardplan({"calibrate", "--measured", kLogs + "x.json"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--plan"), std::string::npos) << r.err;
