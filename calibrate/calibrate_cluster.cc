@@ -51,6 +51,9 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   std::vector<CollectiveSample> samples;
   std::vector<std::string> collective_sources;
   std::optional<NcclAlgorithm> algorithm;
+  if (!inputs.nccl_algorithm.empty() && inputs.nccl_tests.empty()) {
+    throw InputError("", "--nccl-algo", "says how --nccl-tests logs ran: give the logs");
+  }
   if (!inputs.nccl_algorithm.empty()) {
     for (NcclAlgorithm a : {NcclAlgorithm::ring, NcclAlgorithm::tree, NcclAlgorithm::nvls}) {
       if (nccl_algorithm_name(a) == inputs.nccl_algorithm) algorithm = a;
@@ -116,6 +119,16 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
       cite(first, fmt::format("the compute ops {} measured for {}", path, inputs.plan));
     }
     compute_fitted = true;
+  }
+  // Each compute fit starts from the one before: say which constants a later input
+  // replaced (the file keeps the last).
+  for (std::size_t i = 0; i < result.report.constants.size(); ++i) {
+    FittedConstant& c = result.report.constants[i];
+    for (std::size_t j = i + 1; j < result.report.constants.size(); ++j) {
+      if (result.report.constants[j].name != c.name) continue;
+      c.note += (c.note.empty() ? "" : "; ") + std::string("replaced by a later input below");
+      break;
+    }
   }
   if (compute_fitted) {
     const ComputeSpec& e = result.cluster.compute;

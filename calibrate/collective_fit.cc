@@ -97,7 +97,8 @@ void fit_regime(const std::vector<const CollectiveSample*>& points,
   // One unknown: the term that dominates these points, the other kept.
   if (latency_share >= transfer_share) {
     const Eigen::VectorXd rest = b - a.col(1) / k.bandwidth_scale;
-    k.latency_scale = clamp_scale(a.col(0).dot(rest) / a.col(0).squaredNorm());
+    const double s = a.col(0).dot(rest) / a.col(0).squaredNorm();
+    if (s > 0) k.latency_scale = clamp_scale(s);
   } else {
     const Eigen::VectorXd rest = b - a.col(0) * k.latency_scale;
     const double u = a.col(1).dot(rest) / a.col(1).squaredNorm();
@@ -321,7 +322,28 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
   for (CollectiveCalibration& k : cluster.collective_calibration) {
     const auto regime = std::make_tuple(k.tier, k.algorithm, k.protocol);
     const auto found = groups.find(regime);
-    if (found == groups.end()) continue;
+    if (found == groups.end()) {
+      // Fitted in an earlier pass to points another regime now wins; kept, since the best
+      // pass's error counts it (it may win between the measured sizes), and said so.
+      if (calibration_of(before,
+                         {.algorithm = k.algorithm, .protocol = k.protocol, .tier = k.tier}) !=
+          nullptr)
+        continue;
+      k.r2 = std::numeric_limits<double>::quiet_NaN();
+      report.constants.push_back(
+          {.name = fmt::format("{} {}/{} scales (latency, bandwidth)", network_tier_name(k.tier),
+                               nccl_algorithm_name(k.algorithm), nccl_protocol_name(k.protocol)),
+           .unit = "",
+           .before = 1.0,
+           .after = k.latency_scale,
+           .points = k.points,
+           .r2 = k.r2,
+           .rms_relative_error = k.rms_relative_error,
+           .note = fmt::format("bandwidth scale {:.4g}; fitted in an earlier pass, wins at no "
+                               "measured size now",
+                               k.bandwidth_scale)});
+      continue;
+    }
     std::vector<double> measured, predicted, errors;
     for (std::size_t i : found->second) {
       measured.push_back(samples[i].seconds);

@@ -150,6 +150,9 @@ NcclTestsLog parse_nccl_tests_log(std::string_view text, const std::string& file
   if (rows.empty()) throw InputError(file, "rows", "no table rows (size count type ... time)");
   log.op = *op;
   log.ranks = static_cast<int64_t>(hosts.size());
+  if (log.ranks < 2) {
+    throw InputError(file, "header", "one rank: no collective between ranks to fit");
+  }
   if (hosts.rbegin()->first != log.ranks - 1) {
     throw InputError(file, "header",
                      fmt::format("ranks are not 0..{}: some '#  Rank' lines are missing",
@@ -179,6 +182,13 @@ NcclTestsLog parse_nccl_tests_log(std::string_view text, const std::string& file
                              .seconds = us * 1e-6,
                              .where = fmt::format("{}:{} {}", file, r.line, kind)});
     }
+  }
+  if (log.samples.empty()) {
+    throw InputError(file, "rows",
+                     fmt::format("all {} rows sit at the launch floor of one process driving {} "
+                                 "GPUs (-g {}): nothing left to fit; run nccl-tests with one "
+                                 "process per GPU (mpirun -np N ... -g 1) or to larger sizes",
+                                 rows.size(), log.gpus_per_process, log.gpus_per_process));
   }
   return log;
 }

@@ -61,12 +61,15 @@ class Session {
     return data;
   }
   // The op alone, on the device: the mean over `iterations` one-op steps after `warmup`.
-  double time(ShardplanCudaOp op, int warmup, int iterations) {
+  // A collective's ranks start each step together (`barrier`), so the time is the
+  // collective's, not one rank waiting for a late peer.
+  double time(ShardplanCudaOp op, int warmup, int iterations, MPI_Comm barrier = MPI_COMM_NULL) {
     op.id = 0;
     op.parts = 1;
     double total = 0;
     for (int i = 0; i < warmup + iterations; ++i) {
       double start = 0, end = 0;
+      if (barrier != MPI_COMM_NULL) MPI_Barrier(barrier);
       check(p_.begin(context_, &error_));
       check(p_.run(context_, &op, &error_));
       check(p_.end(context_, &start, &end, &error_));
@@ -83,11 +86,6 @@ class Session {
   void* context_ = nullptr;
   ShardplanCudaError error_{};
 };
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::atoi(v);
-}
 
 }  // namespace
 
@@ -121,12 +119,14 @@ nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& o,
     if (rank == 0 && plugin.unique_id(id, &error) != 0) throw std::runtime_error(error.message);
     MPI_Bcast(id, sizeof id, MPI_BYTE, 0, world);
   }
+  // Ranks on a host take its devices in order (MPI's shared-memory split, whatever the
+  // launcher).
   const int devices = std::max(1, probe_cuda().device_count);
-  const int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
-  Session session(plugin, local % devices, ranks, rank, id, groups);
-  const auto max_bytes = static_cast<long long>(o.max_bytes);
-  char* in = static_cast<char*>(session.alloc(max_bytes));
-  char* out = static_cast<char*>(session.alloc(max_bytes));
+  Session session(plugin, node_rank % devices, ranks, rank, id, groups);
+  // The smallest size is one float per rank, which may exceed a small --max-bytes.
+  const long long capacity = std::max(static_cast<long long>(o.max_bytes), 4LL * ranks);
+  char* in = static_cast<char*>(session.alloc(capacity));
+  char* out = static_cast<char*>(session.alloc(capacity));
 
   nlohmann::json collectives = nlohmann::json::array();
   for (std::size_t g = 0; g < groups.size() && ranks > 1; ++g) {
@@ -165,7 +165,7 @@ nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& o,
             op.count = bytes;
             break;
         }
-        double seconds = session.time(op, o.warmup, o.iterations);
+        double seconds = session.time(op, o.warmup, o.iterations, world);
         MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, world);
         rows.push_back({{"bytes", static_cast<double>(bytes)}, {"seconds", seconds}});
       }

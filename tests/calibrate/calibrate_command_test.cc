@@ -80,6 +80,9 @@ TEST(CalibrateCommand, ErrorsNameTheInput) {
       {"calibrate", "--nccl-tests", kLogs + "all_gather_ring.out", "--nccl-algo", "nvls"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("cannot run as nvls"), std::string::npos) << r.err;
+  r = run_shardplan({"calibrate", "--nccl-algo", "ring", "--probe", kLogs + "x.json"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("give the logs"), std::string::npos) << r.err;
   r = run_shardplan({"calibrate", "--measured", kLogs + "x.json"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--plan"), std::string::npos) << r.err;

@@ -117,6 +117,18 @@ TEST(NcclTestsLog, BadLogsAreClearErrors) {
       "line 1", "not a collective shardplan models");
   expect_input_error([&] { read_nccl_tests_log("/nonexistent/all_reduce.log"); }, "",
                      "cannot open");
+  expect_input_error([&] { parse_nccl_tests_log(start + rank0 + row, "a.log"); }, "header",
+                     "one rank");
+  // -g 2 and every row within half of the smallest size's time: all launch floor.
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(
+            start + "# nThread 1 nGpus 2 minBytes 8 maxBytes 16\n" + rank0 + rank1 +
+                "  1024  256  float  sum  -1  10.00  0.10  0.10  0  10.00  0.10  0.10  0\n"
+                "  2048  512  float  sum  -1  11.00  0.19  0.19  0  11.00  0.19  0.19  0\n",
+            "a.log");
+      },
+      "rows", "launch floor");
 }
 
 }  // namespace
