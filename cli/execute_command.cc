@@ -69,8 +69,10 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   try {
     check_replayable(plan, backend->world_size());
   } catch (const InputError& e) {
-    // Every rank finds the same: one says it.
+    // Every rank finds the same: one says it, and the others wait until it has (an abort
+    // from another rank could otherwise kill rank 0 before its message is out).
     if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
     abort(1);
   }
   Timeline t;
