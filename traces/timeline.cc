@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "models/json_reader.h"
@@ -194,9 +195,16 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
   if (!memory.is_array()) r.fail("memory", "expected an array of [time, allocated, reserved]");
   for (std::size_t i = 0; i < memory.size(); ++i) {
     const nlohmann::json& row = memory[i];
-    if (!row.is_array() || row.size() != 3 || !row[0].is_number() || !row[1].is_number() ||
-        !row[2].is_number()) {
-      r.fail(fmt::format("memory/{}", i), "expected [time, allocated, reserved]");
+    // Byte counts are whole numbers in int64 range (a float there, say 1e133, has no
+    // int64 value: converting it is undefined behaviour).
+    auto bytes_ok = [](const nlohmann::json& v) {
+      if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+      return v.is_number_integer() && v.get<int64_t>() >= 0;
+    };
+    if (!row.is_array() || row.size() != 3 || !row[0].is_number() || !bytes_ok(row[1]) ||
+        !bytes_ok(row[2])) {
+      r.fail(fmt::format("memory/{}", i),
+             "expected [time, allocated, reserved] with whole, non-negative byte counts");
     }
     t.memory.push_back({row[0].get<double>(), row[1].get<int64_t>(), row[2].get<int64_t>()});
   }

@@ -180,3 +180,29 @@ TEST(KinetoEdges, GpuEventsAloneAreAnError) {
 
 }  // namespace
 }  // namespace shardplan::testing
+
+namespace shardplan {
+namespace {
+
+// A memory sample's byte counts must be whole numbers in int64 range: the fuzzer found a
+// float (1.38e133) there, whose conversion to int64 is undefined behaviour.
+TEST(TimelineFile, MemoryBytesMustBeWholeAndInRange) {
+  Timeline t;
+  t.source = "measured";
+  t.model = "tiny";
+  t.cluster = "dgx-h100";
+  t.num_gpus = 2;
+  t.allocator = "caching";
+  t.memory.push_back({0.0, 100, 200});
+  nlohmann::json j = timeline_to_json(t);
+  EXPECT_NO_THROW(timeline_from_json(j, "t.json"));
+  for (const nlohmann::json& bad : {nlohmann::json(1.38506e133), nlohmann::json(2.5),
+                                    nlohmann::json(-1), nlohmann::json(18446744073709551615ULL)}) {
+    j["memory"][0][1] = bad;
+    testing::expect_input_error([&] { timeline_from_json(j, "t.json"); }, "/memory/0",
+                                "whole, non-negative byte counts", "t.json");
+  }
+}
+
+}  // namespace
+}  // namespace shardplan
