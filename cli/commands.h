@@ -124,9 +124,9 @@ struct CalibrateParams {
 
 struct ProbeParams {
   std::string backend = "cpu";
-  std::string plan;    // cuda: GEMM shapes from this plan.json; empty = squares
-  std::string output;  // probe.json; empty = print it
-  std::string max_bytes = "64MiB";
+  std::string plan;       // cuda: GEMM shapes from this plan.json; empty = squares
+  std::string output;     // probe.json; empty = print it
+  std::string max_bytes;  // empty: 64 MiB on cpu, 4 GiB on cuda
   int iterations = 5;
 };
 

@@ -40,7 +40,12 @@ int run_probe(const ProbeParams& p, std::ostream& out, std::ostream& err) {
   if (p.iterations < 1 || p.iterations > 1000)
     throw InputError("", "--iterations", fmt::format("must be in [1, 1000], got {}", p.iterations));
   // MPI counts are ints: a message stays below 2 GiB.
-  const double max_bytes = parse_size(p.max_bytes, "--max-bytes", 1024.0 * 1024 * 1024);
+  // MPI counts are ints (a CPU message stays below 2 GiB); NCCL's are size_t: the CUDA
+  // probe goes to nccl-tests' customary 4 GiB by default and up to 16 GiB.
+  const bool cuda = p.backend == "cuda";
+  const double limit = cuda ? 16.0 * (1 << 30) : 1.0 * (1 << 30);
+  const double max_bytes = p.max_bytes.empty() ? (cuda ? 4.0 * (1 << 30) : 64.0 * (1 << 20))
+                                               : parse_size(p.max_bytes, "--max-bytes", limit);
   if (max_bytes < 1024) throw InputError("", "--max-bytes", "must be at least 1 KiB");
   std::vector<GemmShape> gemms;
   if (!p.plan.empty()) {
@@ -99,8 +104,9 @@ Command add_probe_command(CLI::App& app) {
       ->capture_default_str();
   probe->add_option("-o,--output", p.output, "write probe.json");
   probe->add_option("--plan", p.plan, "cuda: probe the GEMM shapes of this plan.json");
-  probe->add_option("--max-bytes", p.max_bytes, "largest size, nccl-tests style (up to 1 GiB)")
-      ->capture_default_str();
+  probe->add_option("--max-bytes", p.max_bytes,
+                    "largest size, nccl-tests style (default 64 MiB on cpu, up to 1 GiB; 4 GiB "
+                    "on cuda, up to 16 GiB)");
   probe->add_option("--iterations", p.iterations, "timed calls per size")->capture_default_str();
   return {probe, [params] { return run_probe(*params, std::cout, std::cerr); }};
 }

@@ -49,6 +49,10 @@ TEST(Probe, NeedsRanksToMeasureBetween) {
   EXPECT_NE(r.err.find("mpirun -np N"), std::string::npos) << r.err;
   const CommandResult bad = run_shardplan({"probe", "--backend", "tpu"});
   EXPECT_NE(bad.exit_code, 0);
+  // MPI counts are ints: a CPU probe stops at 1 GiB.
+  const CommandResult big = run_shardplan({"probe", "--max-bytes", "2GiB"});
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_NE(big.err.find("--max-bytes"), std::string::npos) << big.err;
 }
 
 }  // namespace
