@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <streambuf>
 
@@ -90,8 +91,18 @@ class ValueBuilder {
 };
 
 int64_t integer(const json& j) {
-  if (j.is_number_integer() || j.is_number_unsigned()) return j.get<int64_t>();
-  if (j.is_number_float()) return static_cast<int64_t>(j.get<double>());
+  if (j.is_number_unsigned()) {
+    const auto u = j.get<uint64_t>();
+    return u <= static_cast<uint64_t>(INT64_MAX) ? static_cast<int64_t>(u) : -1;
+  }
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) {
+    // A float beyond int64 (the fuzzer wrote 1e66) has no integer value: converting it is
+    // undefined behaviour. Such a field is as unknown as a missing one.
+    const double d = j.get<double>();
+    if (!(d >= -0x1p63 && d < 0x1p63)) return -1;
+    return static_cast<int64_t>(d);
+  }
   if (j.is_string()) {
     const std::string& s = j.get_ref<const std::string&>();
     char* end = nullptr;
