@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <string_view>
 
 namespace shardplan::testing {
 namespace {
@@ -50,9 +49,7 @@ CommandResult run_shardplan(const std::vector<std::string>& args) {
   return run_program(SHARDPLAN_BINARY, args);
 }
 
-namespace {
-
-CommandResult run_program_once(const std::string& program, const std::vector<std::string>& args) {
+CommandResult run_program(const std::string& program, const std::vector<std::string>& args) {
   static int counter = 0;
   const auto dir = temp_dir();
   const std::string out_path = (dir / ("out" + std::to_string(counter))).string();
@@ -71,22 +68,6 @@ CommandResult run_program_once(const std::string& program, const std::vector<std
   result.exit_code = exit_code_of(status);
   result.out = slurp(out_path);
   result.err = slurp(err_path);
-  return result;
-}
-
-}  // namespace
-
-CommandResult run_program(const std::string& program, const std::vector<std::string>& args) {
-  CommandResult result = run_program_once(program, args);
-  // Under the sanitized build, LeakSanitizer's exit-time tracer sometimes crashes in an MPI
-  // rank ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error"): the
-  // checker failed, not the program, and no leak was reported. Run such a job once more; a
-  // real leak report ("detected memory leaks") is never retried.
-  constexpr std::string_view kTracerCrash = "LeakSanitizer has encountered a fatal error";
-  if (result.exit_code != 0 && result.err.find(kTracerCrash) != std::string::npos &&
-      result.err.find("detected memory leaks") == std::string::npos) {
-    result = run_program_once(program, args);
-  }
   return result;
 }
 
