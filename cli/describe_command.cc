@@ -54,7 +54,8 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
   std::vector<std::vector<std::string>> rows = {
       {"model weights", format_bytes(e.model_weights), "persistent"},
       {"main weights", format_bytes(e.main_weights), "persistent"},
-      {"main grads", format_bytes(e.main_grads), "persistent"},
+      {"main grads", format_bytes(e.main_grads),
+       e.main_grads_transient ? "first reduction to zero_grad" : "persistent"},
       {"optimizer states", format_bytes(e.optimizer_states), "persistent"},
   };
   if (e.double_buffers > 0)

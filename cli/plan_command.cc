@@ -52,7 +52,8 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {
       {"model weights", format_bytes(m.model_weights), "persistent"},
       {"main weights", format_bytes(m.main_weights), "persistent"},
-      {"main grads", format_bytes(m.main_grads), "persistent"},
+      {"main grads", format_bytes(m.main_grads),
+       m.main_grads_transient ? "first reduction to zero_grad, in the pool" : "persistent"},
       {"optimizer states", format_bytes(m.optimizer_states), "persistent"},
   };
   if (m.double_buffers > 0)

@@ -244,8 +244,31 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm c = comm(op);
     int p = 0;
     MPI_Comm_size(c, &p);
+    int me = 0;
+    MPI_Comm_rank(c, &me);
     for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
       const BufferSpan& out = part.target;
+      if (part.cast_from > 0) {
+        // PyTorch FSDP: the shard cast into this rank's slice, gathered in place.
+        const int64_t slice = part.output_bytes / p;
+        cast_elements(part.input, part.input_bytes, part.cast_from, part.cast_to,
+                      part.output + me * slice);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, part.output, static_cast<int>(slice),
+                      MPI_BYTE, c);
+        if (options_.check) {
+          const int64_t offset = part.output - out.data;
+          const int from = part.cast_from, to = part.cast_to;
+          for (int64_t j = 0; j < part.output_bytes; ++j) {
+            // Byte j is byte j % to of element j / to's top bytes in the whole fp32 weights.
+            const int64_t source_byte = j / to * from + (from - to) + j % to;
+            if (part.output[j] != weight_byte(part.source.buffer->id, source_byte))
+              fail(op, out, offset + j,
+                   fmt::format("does not hold rank {}'s cast shard of buffer {}", j / slice,
+                               part.source.buffer->id));
+          }
+        }
+        continue;
+      }
       if (!part.in_place) {
         // ZeRO-3: every rank's shard into the group's region of the unsharded buffer.
         MPI_Allgather(part.input, static_cast<int>(part.input_bytes), MPI_BYTE, part.output,
@@ -322,10 +345,14 @@ class CpuBackend final : public ExecutorBackend {
         }
       }
       // Into the main grads: a scattered shard accumulates into its shard buffer; in
-      // place, the reduced region replaces the local values.
+      // place, the reduced region replaces the local values. PyTorch FSDP's transient
+      // grads are made by the step's first reduction (micro-batch 0), then accumulate.
+      const bool assign = !w.buffer->persistent && op.micro_batch == 0;
       if (!part.in_place) {
         for (int64_t k = 0; k < result_elements && k * e < w.bytes; ++k)
-          store(w.data + k * e, e, (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
+          store(w.data + k * e, e,
+                assign ? load(result.data() + k * e, e)
+                       : (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
       } else {
         std::memcpy(w.data + result_start * e, result.data(), result.size());
       }

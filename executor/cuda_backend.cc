@@ -195,7 +195,15 @@ class CudaBackend final : public ExecutorBackend {
                             : static_cast<int>(dtype_bytes(part.target.buffer->dtype));
           c.element_bytes = e;
           c.output = part.output;
-          if (c.kind == kCudaAllReduce) {
+          c.cast_source = nullptr;
+          c.cast_from = c.cast_to = 0;
+          if (part.cast_from > 0) {
+            c.count = part.output_bytes / p;
+            c.input = part.output + me * c.count;
+            c.cast_source = part.input;
+            c.cast_from = part.cast_from;
+            c.cast_to = part.cast_to;
+          } else if (c.kind == kCudaAllReduce) {
             c.input = part.output;
             c.count = part.output_bytes / e;
           } else if (!part.in_place) {

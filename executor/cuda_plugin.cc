@@ -289,6 +289,15 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
                       op->id, op->group);
         return 1;
       }
+      // PyTorch FSDP's copy-in, one rank too: the shard cast into this rank's slice (a
+      // strided device copy of each element's top bytes) before the gather in place.
+      if (op->kind == kCudaAllGather && op->cast_from > 0 &&
+          FAILED(cudaMemcpy2DAsync(
+              op->input, static_cast<std::size_t>(op->cast_to),
+              static_cast<const char*>(op->cast_source) + (op->cast_from - op->cast_to),
+              static_cast<std::size_t>(op->cast_from), static_cast<std::size_t>(op->cast_to),
+              static_cast<std::size_t>(op->count / op->cast_to), cudaMemcpyDeviceToDevice, stream)))
+        return 1;
       ncclComm_t comm = c->comms[static_cast<std::size_t>(op->group)];
       if (comm == nullptr) break;  // one rank: nothing to move
       // The parts of one op (one per parameter group, or bucket) form one NCCL group, one

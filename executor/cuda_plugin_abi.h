@@ -59,6 +59,12 @@ struct ShardplanCudaOp {
   int element_bytes;
   int part;   // an op may take several calls (one per parameter group): the first
   int parts;  // records its start, the last its end
+  // A casting all-gather (PyTorch FSDP's fp32 shard gathered as bf16 or FP8): first the
+  // top cast_to bytes of each cast_from-byte element of cast_source into `input` (this
+  // rank's slice of `output`, `count` bytes), then the gather in place. cast_from 0: none.
+  const void* cast_source;
+  int cast_from;
+  int cast_to;
 };
 
 // This rank's place in one of the plan's process groups. The plugin makes one NCCL

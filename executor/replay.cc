@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "executor/watchdog.h"
@@ -26,21 +27,32 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
                      .in_place = true});
   };
   if (op.kind == OpKind::all_gather) {
+    // PyTorch FSDP gathers its fp32 shards as param_dtype (or FP8): the unsharded buffer
+    // has fewer bytes per element than the shards.
+    const int to = writes.size() == 1 ? static_cast<int>(dtype_bytes(writes[0].buffer->dtype)) : 0;
+    auto gathered_bytes = [&](const BufferSpan& r) {
+      const auto from = dtype_bytes(r.buffer->dtype);
+      return from > to && to > 0 ? r.bytes / from * to * p : r.bytes * p;
+    };
     int64_t gathered = 0;
     for (const BufferSpan& r : reads)
-      if (r.buffer->role == BufferRole::model_weight) gathered += r.bytes * p;
+      if (r.buffer->role == BufferRole::model_weight) gathered += gathered_bytes(r);
     if (writes.size() == 1 && !writes[0].buffer->persistent && gathered == writes[0].bytes) {
       // ZeRO-3: every group's shard, in group order, into the unsharded buffer.
       int64_t offset = 0;
       for (const BufferSpan& r : reads) {
         if (r.buffer->role != BufferRole::model_weight) continue;
+        const auto from = static_cast<int>(dtype_bytes(r.buffer->dtype));
+        const bool cast = from > to;
         parts.push_back({.target = writes[0],
                          .source = r,
                          .input = r.data,
                          .input_bytes = r.bytes,
                          .output = writes[0].data + offset,
-                         .output_bytes = r.bytes * p});
-        offset += r.bytes * p;
+                         .output_bytes = gathered_bytes(r),
+                         .cast_from = cast ? from : 0,
+                         .cast_to = cast ? to : 0});
+        offset += gathered_bytes(r);
       }
     } else {
       for (const BufferSpan& w : writes)
@@ -67,6 +79,11 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
     offset += w.bytes * p;
   }
   return parts;
+}
+
+void cast_elements(const std::byte* in, int64_t in_bytes, int from, int to, std::byte* out) {
+  for (int64_t i = 0, o = 0; i + from <= in_bytes; i += from, o += to)
+    std::memcpy(out + o, in + i + (from - to), static_cast<std::size_t>(to));
 }
 
 bool is_model_parallel(const PlanOp& op, const std::vector<BufferSpan>& writes) {

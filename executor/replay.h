@@ -45,7 +45,12 @@ struct BufferSpan {
 // reduction reads the group's region of the unsharded gradient (`input`, ranks × the
 // output) into the written shard (`output`). In place (ZeRO-1/2's gather after the step,
 // HSDP's outer collectives, all-reduces, ZeRO-1's reduce-scatter): `input` and `output`
-// are the written buffer, each rank owning an equal region of it.
+// are the written buffer, each rank owning an equal region of it. A casting all-gather
+// (PyTorch FSDP: an fp32 shard gathered as bf16 or FP8) has `cast_from` > `cast_to`: the
+// backend casts `input` (the shard, cast_from bytes per element) into this rank's slice
+// of `output` (output_bytes ÷ ranks) and gathers in place there, as FSDP2's copy-in does.
+// The replay's cast keeps each element's top cast_to bytes (bf16 is fp32's top half):
+// the bytes move as the real cast moves them.
 struct CollectivePart {
   BufferSpan target;  // the written buffer
   BufferSpan source;  // the read buffer the input comes from (the target in place)
@@ -54,7 +59,11 @@ struct CollectivePart {
   std::byte* output = nullptr;
   int64_t output_bytes = 0;
   bool in_place = false;
+  int cast_from = 0;  // element bytes of `input` when the gather casts; 0: no cast
+  int cast_to = 0;    // element bytes of `output` when the gather casts
 };
+// The top `to` bytes of each `from`-byte element of `in` (`in_bytes`) into `out`.
+void cast_elements(const std::byte* in, int64_t in_bytes, int from, int to, std::byte* out);
 std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
                                              const std::vector<BufferSpan>& reads,
                                              const std::vector<BufferSpan>& writes);

@@ -69,6 +69,12 @@ bool fp8_compute(const FsdpConfig& config) {
   return config.fp8.value_or(config.fp8_param_gather);
 }
 
+bool torch_fsdp_layout(const FsdpConfig& config) {
+  return config.stack != Stack::megatron_te &&
+         config.sharding_strategy == ShardingStrategy::optim_grads_params &&
+         !(config.fp8_param_gather && config.fp8_recipe == Fp8Recipe::mxfp8);
+}
+
 bool sequence_parallel(const FsdpConfig& config) {
   return config.sequence_parallel.value_or(config.tp > 1);
 }
@@ -322,9 +328,12 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
            "fp8_param_gather instead");
   }
   c.main_param_dtype = dtype_field(r, "main_param_dtype", c.main_param_dtype);
-  // Main grads follow the parameter dtype unless set (grad_reduce_in_fp32=False), and
-  // the reduction follows the main grads.
-  c.main_grad_dtype = dtype_field(r, "main_grad_dtype", c.param_dtype);
+  // Main grads follow the parameter dtype unless set (Megatron's grad_reduce_in_fp32=False);
+  // on the torch stacks the main weights' (PyTorch keeps .grad in the sharded parameter's
+  // dtype, and torchtitan reduces in fp32: mixed_precision_reduce "float32"). The reduction
+  // follows the main grads.
+  c.main_grad_dtype = dtype_field(
+      r, "main_grad_dtype", c.stack == Stack::megatron_te ? c.param_dtype : c.main_param_dtype);
   c.grad_reduce_dtype = dtype_field(r, "grad_reduce_dtype", c.main_grad_dtype);
   for (const char* key : {"main_param_dtype", "main_grad_dtype", "grad_reduce_dtype"}) {
     if (r.has(key) && dtype_bytes(parse_dtype(r.string(key), r.file(), r.path_of(key))) == 1) {

@@ -78,6 +78,14 @@ struct FsdpConfig {
 bool sequence_parallel(const FsdpConfig& config);
 // Whether GEMMs run in FP8: as set, else with fp8_param_gather.
 bool fp8_compute(const FsdpConfig& config);
+// PyTorch FSDP's parameter layout (FSDP2's fully_shard; FSDP1's flat parameters alike):
+// the sharded parameters are the main weights themselves (fp32 in torchtitan), with no
+// param_dtype shard beside them; each all-gather casts the shard to param_dtype (FP8 with
+// fp8_param_gather) into the gather; the sharded gradients, in the main weights' dtype,
+// exist from a step's first reduction until zero_grad(set_to_none=True) after the
+// optimizer. The torch stacks under optim_grads_params, except MXFP8 (its column-wise
+// copies are Transformer Engine's).
+bool torch_fsdp_layout(const FsdpConfig& config);
 // The recompute mode for tables: its name, "sac_layer/N" with the layer stride.
 std::string recompute_label(const FsdpConfig& config);
 // The tensor and context parallelism one rank of the config's mesh runs.

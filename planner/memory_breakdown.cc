@@ -26,8 +26,8 @@ void settle_memory_totals(MemoryBreakdown& m, std::optional<double> transient, d
     }
   }
   if (transient) {
-    m.total = m.model_weights + m.main_weights + m.main_grads + m.optimizer_states +
-              m.double_buffers + *transient + m.non_tensor;
+    m.total = m.model_weights + m.main_weights + (m.main_grads_transient ? 0.0 : m.main_grads) +
+              m.optimizer_states + m.double_buffers + *transient + m.non_tensor;
   } else {
     m.total = 0;
     for (const auto& term : terms) m.total += term.second;

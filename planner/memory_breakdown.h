@@ -13,6 +13,9 @@ struct MemoryBreakdown {
   double model_weights = 0;  // compute-dtype weights (FP8 copies with fp8_param_gather)
   double main_weights = 0;   // fp32 master weights
   double main_grads = 0;
+  // PyTorch FSDP (torch_fsdp_layout): the main grads live from a step's first reduction to
+  // zero_grad, as transient buffers: in a plan's pool, not added again to its total.
+  bool main_grads_transient = false;
   double optimizer_states = 0;  // Adam: two fp32 states; SGD: fp32 momentum
   double double_buffers = 0;    // double_buffer: two persistent unsharded-unit buffers
   // Transient peaks (each the most of that kind live at once).

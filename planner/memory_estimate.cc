@@ -71,9 +71,12 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   e.root_unit_parameters = root;
   if (layer_units > 0) e.smallest_layer_parameters = smallest_layer;
 
-  // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies).
-  const double weight_bytes =
-      c.fp8_param_gather ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0) : bytes_of(c.param_dtype);
+  // FP8 gather keeps the weights as 1-byte FP8 (MXFP8: row- and column-wise copies);
+  // PyTorch FSDP keeps the main weights as the shard (plan_builder.cc).
+  const bool torch_layout = torch_fsdp_layout(c);
+  const double weight_bytes = torch_layout         ? bytes_of(c.main_param_dtype)
+                              : c.fp8_param_gather ? (c.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 : 1.0)
+                                                   : bytes_of(c.param_dtype);
   const double gathered_bytes = c.fp8_param_gather ? 1.0 : bytes_of(c.param_dtype);
   e.model_weights = weight_bytes * (shard_params ? per_rank : total);
   if (c.keep_fp8_transpose_cache) e.model_weights += total;
@@ -82,11 +85,13 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   if (fp8_compute(c) && !c.fp8_param_gather)
     e.model_weights += 2.0 * (total - static_cast<double>(root));
   // preserve_fp32_weights=False: no separate main copy.
-  if (c.main_param_dtype != c.param_dtype || c.fp8_param_gather) {
+  if (!torch_layout && (c.main_param_dtype != c.param_dtype || c.fp8_param_gather)) {
     e.main_weights =
         bytes_of(c.main_param_dtype) * (shard_optimizer ? trainable_per_opt_rank : trainable);
   }
   e.main_grads = bytes_of(c.main_grad_dtype) * (shard_grads ? trainable_per_rank : trainable);
+  // Counted whole, as every transient peak here is: they are all there when backward ends.
+  e.main_grads_transient = torch_layout;
   const double states = c.optimizer == Optimizer::adam ? 2.0 : 1.0;
   e.optimizer_states = states * 4.0 * (shard_optimizer ? trainable_per_opt_rank : trainable);
 

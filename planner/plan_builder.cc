@@ -42,7 +42,10 @@ void add_persistent_buffers(Plan& plan) {
       find_process_group(plan, t.outer_optimizer ? "dp" : "dp_shard_cp");
   const int64_t weight_shards = shard_params ? param_group : -1;
   const int64_t optimizer_shards = shard_optimizer ? optimizer_group : -1;
-  const bool main_copy = c.main_param_dtype != c.param_dtype || c.fp8_param_gather;
+  // PyTorch FSDP: the shard is the main weight, and no separate main copy exists.
+  const bool torch_layout = torch_fsdp_layout(c);
+  const bool main_copy =
+      !torch_layout && (c.main_param_dtype != c.param_dtype || c.fp8_param_gather);
   // FP8 GEMMs on bf16 weights that stay unsharded (ZeRO-0/1/2): Transformer Engine casts
   // each layer's weights once per step and caches the FP8 copy and its transpose (MXFP8:
   // row- and column-wise copies) across micro-batches (Megatron passes
@@ -56,7 +59,9 @@ void add_persistent_buffers(Plan& plan) {
                                               : plan.units[static_cast<std::size_t>(g.unit)].name,
                                           g.id);
     const int64_t weight_elements = shard_params ? g.shard_elements : g.padded_elements;
-    const DType weight_dtype = c.fp8_param_gather ? DType::fp8_e4m3 : g.dtype;
+    const DType weight_dtype = torch_layout         ? c.main_param_dtype
+                               : c.fp8_param_gather ? DType::fp8_e4m3
+                                                    : g.dtype;
     add_persistent(plan, BufferRole::model_weight, g.unit, g.id, weight_dtype,
                    weight_elements * dtype_bytes(weight_dtype), weight_shards,
                    "model_weight " + where);
@@ -80,6 +85,13 @@ void add_persistent_buffers(Plan& plan) {
         plan, BufferRole::main_grad, g.unit, g.id, c.main_grad_dtype,
         (shard_grads ? g.shard_elements : g.padded_elements) * dtype_bytes(c.main_grad_dtype),
         shard_grads ? param_group : -1, "main_grad " + where);
+    // zero_grad(set_to_none=True) frees them after the step; the first reduction of the
+    // next step allocates them again: their life is the ops that touch them (schedule).
+    if (torch_layout) {
+      PlanBuffer& grad = plan.buffers.back();
+      grad.persistent = false;
+      grad.live_begin = grad.live_end = -1;
+    }
     const int states = c.optimizer == Optimizer::adam ? 2 : 1;
     for (int state = 0; state < states; ++state) {
       add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32,

@@ -24,6 +24,10 @@ double transient_peak(const Plan& plan, const Pick& pick) {
 PlanMemory plan_memory(const Plan& plan) {
   PlanMemory m;
   for (const PlanBuffer& b : plan.buffers) {
+    if (!b.persistent && b.role == BufferRole::main_grad) {
+      m.main_grads += static_cast<double>(b.bytes);
+      m.main_grads_transient = true;
+    }
     if (!b.persistent) continue;
     const auto bytes = static_cast<double>(b.bytes);
     switch (b.role) {

@@ -274,7 +274,8 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
 
 void ScheduleBuilder::index_persistent_buffers() {
   for (const PlanBuffer& b : plan_.buffers) {
-    if (!b.persistent) continue;
+    // PyTorch FSDP's main grads are transient (torch_fsdp_layout) but belong to their unit.
+    if (!b.persistent && b.role != BufferRole::main_grad) continue;
     if (b.role == BufferRole::double_buffer) {
       double_buffers_.push_back(b.id);
       continue;
@@ -541,11 +542,14 @@ void ScheduleBuilder::emit_optimizer_step() {
     writes.insert(writes.end(), unit.optimizer.begin(), unit.optimizer.end());
     writes.insert(writes.end(), unit.weights.begin(), unit.weights.end());
   }
+  // PyTorch FSDP steps the sharded parameters themselves (the main weights).
+  const bool torch_layout = torch_fsdp_layout(c_);
   double optimizer_bytes = 0;
   for (const PlanBuffer& b : plan_.buffers) {
-    if (b.persistent &&
-        (b.role == BufferRole::main_weight || b.role == BufferRole::optimizer_state ||
-         b.role == BufferRole::main_grad)) {
+    const bool stepped = b.role == BufferRole::main_weight ||
+                         b.role == BufferRole::optimizer_state ||
+                         (torch_layout && b.role == BufferRole::model_weight);
+    if ((b.persistent && stepped) || b.role == BufferRole::main_grad) {
       optimizer_bytes += 2.0 * static_cast<double>(b.bytes);  // read and write back
     }
   }

@@ -81,7 +81,12 @@ INSTANTIATE_TEST_SUITE_P(
     Strategies, ExecuteCpu,
     ::testing::Values(Case{2, {"sharding_strategy=no_shard"}}, Case{2, {"sharding_strategy=optim"}},
                       Case{2, {"sharding_strategy=optim_grads_params", "recompute=full"}},
-                      Case{4, {"dp_outer=2"}}, Case{4, {"dp_outer=2", "outer_strategy=optim"}}),
+                      Case{4, {"dp_outer=2"}}, Case{4, {"dp_outer=2", "outer_strategy=optim"}},
+                      // PyTorch FSDP's layout: fp32 shards cast into bf16 (FP8) gathers, the
+                      // step's gradients made by its first reduction; HSDP over them.
+                      Case{2, {"stack=torch-eager"}},
+                      Case{2, {"stack=torch-compile", "fp8_param_gather=true"}},
+                      Case{4, {"stack=torch-compile", "dp_outer=2"}}),
     case_name);
 
 // The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its

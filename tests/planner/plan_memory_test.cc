@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "models/transformer_builder.h"
@@ -60,6 +61,61 @@ TEST(PlanMemory, PersistentBytesFollowTheStrategyTable) {
     EXPECT_DOUBLE_EQ(m.main_grads, row.grads) << row.strategy;
     EXPECT_DOUBLE_EQ(m.optimizer_states, row.optimizer) << row.strategy;
   }
+}
+
+// PyTorch FSDP (FSDP2's fully_shard under torchtitan's MixedPrecisionPolicy): the fp32
+// shard is the weight, no bf16 shard or main copy; gradients fp32 shards that exist from
+// the step's first reduce-scatter to zero_grad (transient buffers, in the pool); the
+// reduce-scatter moves fp32. 16 bytes per parameter at the end of backward, 12 across the
+// forward; the Megatron layout keeps bf16 weights beside the fp32 main copy and bf16
+// grads all step. The closed-form estimate says the same of the persistent terms.
+TEST(PlanMemory, TorchStacksKeepPyTorchFsdpLayout) {
+  const int64_t n = 8;
+  const double full =
+      32.0 * static_cast<double>(padded(kLayer, n)) + static_cast<double>(padded(kRoot, n));
+  const double shard = full / n;
+  for (const char* stack : {"torch-eager", "torch-compile"}) {
+    const Plan plan = llama8b_plan({{"stack", stack}});
+    const PlanMemory m = plan_memory(plan);
+    EXPECT_DOUBLE_EQ(m.model_weights, 4 * shard) << stack;
+    EXPECT_DOUBLE_EQ(m.main_weights, 0) << stack;
+    EXPECT_DOUBLE_EQ(m.main_grads, 4 * shard) << stack;
+    EXPECT_TRUE(m.main_grads_transient);
+    EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * shard) << stack;
+    // The grads are in the pool, not added twice.
+    EXPECT_DOUBLE_EQ(m.total, m.model_weights + m.optimizer_states + m.transient + m.non_tensor);
+    bool saw_first_reduction = false;
+    for (const PlanBuffer& b : plan.buffers) {
+      if (b.role != BufferRole::main_grad) continue;
+      EXPECT_FALSE(b.persistent) << b.name;
+      const PlanOp& first = plan.ops[static_cast<std::size_t>(b.live_begin)];
+      EXPECT_EQ(first.kind, OpKind::reduce_scatter) << b.name;
+      EXPECT_EQ(first.micro_batch, 0) << b.name;
+      EXPECT_EQ(plan.ops[static_cast<std::size_t>(b.live_end - 1)].kind, OpKind::optimizer_step)
+          << b.name;
+      saw_first_reduction = true;
+    }
+    EXPECT_TRUE(saw_first_reduction);
+    for (const PlanOp& op : plan.ops) {
+      if (op.kind == OpKind::all_gather && op.unit == 1) {
+        EXPECT_DOUBLE_EQ(op.bytes, 2.0 * static_cast<double>(padded(kLayer, n))) << op.name;
+      }
+      if (op.kind == OpKind::reduce_scatter && op.unit == 1) {
+        EXPECT_DOUBLE_EQ(op.bytes, 4.0 * static_cast<double>(padded(kLayer, n))) << op.name;
+      }
+    }
+    const ModelSpec model = load_model("llama3-8b");
+    const MemoryEstimate e =
+        estimate_memory(model, load_cluster("dgx-h100", 1, std::nullopt), plan.config);
+    EXPECT_NEAR(e.model_weights, m.model_weights, 1e-6 * m.model_weights);
+    EXPECT_DOUBLE_EQ(e.main_weights, 0);
+    EXPECT_NEAR(e.main_grads, m.main_grads, 1e-6 * m.main_grads);
+  }
+  // Megatron-FSDP's layout is unchanged.
+  const PlanMemory megatron = plan_memory(llama8b_plan({}));
+  EXPECT_DOUBLE_EQ(megatron.model_weights, 2 * shard);
+  EXPECT_DOUBLE_EQ(megatron.main_weights, 4 * shard);
+  EXPECT_FALSE(megatron.main_grads_transient);
 }
 
 // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cached FP8 copy and transpose,
@@ -209,6 +265,37 @@ TEST(PlanMemory, BucketBytesSplitsLargeGroups) {
     // parameter (the embedding) keeps a bucket of its own.
     EXPECT_TRUE(g.elements * 2 <= (64 << 20) || g.parameters.size() == 1) << g.id;
   }
+}
+
+// FSDP2 measured on one H200 (PyTorch 2.11, tests/data/h200/fsdp2_probe.json): a 4-layer
+// Llama 3 8B (1 923 125 248 parameters) under fully_shard with torchtitan's mixed
+// precision, AdamW, one micro-batch of 8192 tokens, no recompute. The layout is exact:
+// 4 bytes per parameter after sharding, 12 after zero_grad (weights and Adam states), 16
+// at the end of backward. The peak allocated stays within 15 % (the layout before this
+// model, bf16 shard + fp32 main copy + bf16 grads all step, was +24 %).
+TEST(PlanMemoryMeasured, Fsdp2LayoutOnH200) {
+  std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h200/fsdp2_probe.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json measured = nlohmann::json::parse(in).at("fsdp2_memory");
+  const ModelSpec model =
+      load_model(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h200/llama3-8b-4layers.json");
+  const ClusterSpec cluster = load_cluster("dgx-h200", std::nullopt, 1);
+  const nlohmann::json j = {{"stack", "torch-eager"}, {"seq_len", 8192}, {"recompute", "none"}};
+  const FsdpConfig c = resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
+  const Plan plan = build_plan(model, cluster, c);
+  const PlanMemory m = plan_memory(plan);
+  const auto parameters = measured.at("parameters").get<double>();
+  ASSERT_EQ(parameters, 1923125248.0);
+  const nlohmann::json& step = measured.at("steps").at(2);  // steady state
+  EXPECT_DOUBLE_EQ(m.model_weights, measured.at("after_shard").get<double>());
+  const double after_zero_grad = step.at("after_zero_grad").get<double>();
+  EXPECT_NEAR(m.model_weights + m.optimizer_states, after_zero_grad, 0.005 * after_zero_grad);
+  EXPECT_NEAR(step.at("after_backward").get<double>() - after_zero_grad, m.main_grads,
+              0.005 * m.main_grads);
+  // memory_allocated excludes the CUDA context; the plan's total includes it.
+  const double peak =
+      std::max(step.at("peak_forward").get<double>(), step.at("peak_loss_backward").get<double>());
+  EXPECT_NEAR((m.total - m.non_tensor) / peak, 1.0, 0.15) << m.total - m.non_tensor;
 }
 
 }  // namespace
