@@ -60,8 +60,9 @@ struct ShardplanCudaOp {
   int part;   // an op may take several calls (one per parameter group): the first
   int parts;  // records its start, the last its end
   // A casting all-gather (PyTorch FSDP's fp32 shard gathered as bf16 or FP8): first the
-  // top cast_to bytes of each cast_from-byte element of cast_source into `input` (this
-  // rank's slice of `output`, `count` bytes), then the gather in place. cast_from 0: none.
+  // shard (cast_source, cast_from bytes per element) into `input` (this rank's slice of
+  // `output`, `count` bytes, cast_to bytes per element), then the gather in place.
+  // cast_from 0: none.
   const void* cast_source;
   int cast_from;
   int cast_to;

@@ -49,8 +49,8 @@ struct BufferSpan {
 // (PyTorch FSDP: an fp32 shard gathered as bf16 or FP8) has `cast_from` > `cast_to`: the
 // backend casts `input` (the shard, cast_from bytes per element) into this rank's slice
 // of `output` (output_bytes ÷ ranks) and gathers in place there, as FSDP2's copy-in does.
-// The replay's cast keeps each element's top cast_to bytes (bf16 is fp32's top half):
-// the bytes move as the real cast moves them.
+// The CPU replay's cast keeps each element's top cast_to bytes (bf16 is fp32's top half),
+// and checks them; the CUDA replay, which checks no values, copies the slice's bytes.
 struct CollectivePart {
   BufferSpan target;  // the written buffer
   BufferSpan source;  // the read buffer the input comes from (the target in place)
