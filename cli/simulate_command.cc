@@ -68,10 +68,11 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   out << render_table({"", "predicted", "note"}, rows, {1});
   out << fmt::format(
       "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
-      "tp/cp {}, optimizer {}\n",
+      "tp/cp {}, optimizer {}{}\n",
       t.critical_path.size(), format_seconds(p.compute), format_seconds(p.all_gather),
       format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.model_parallel),
-      format_seconds(p.optimizer));
+      format_seconds(p.optimizer),
+      p.offload > 0 ? fmt::format(", offload copies {}", format_seconds(p.offload)) : "");
 }
 
 }  // namespace

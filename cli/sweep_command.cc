@@ -82,6 +82,7 @@ nlohmann::json point_json(const SweepPoint& p) {
                           {"reduce_scatter", s.critical_path.reduce_scatter},
                           {"outer", s.critical_path.outer},
                           {"model_parallel", s.critical_path.model_parallel},
+                          {"offload", s.critical_path.offload},
                           {"optimizer", s.critical_path.optimizer}};
     j["fits"] = p.fits;
     j["pareto"] = p.pareto;

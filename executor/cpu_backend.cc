@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -176,6 +177,12 @@ class CpuBackend final : public ExecutorBackend {
       case OpKind::send_recv:
       case OpKind::all_to_all:
         throw std::logic_error(fmt::format("op {} '{}' writes no tp or cp buffer", op.id, op.name));
+      case OpKind::offload:
+        offload(op, reads.at(0));
+        break;
+      case OpKind::reload:
+        reload(op, writes.at(0));
+        break;
     }
     for (const BufferSpan& s : writes) {
       if (!s.buffer->persistent) written_[s.buffer->id] = fingerprint(s.data, s.bytes);
@@ -297,6 +304,27 @@ class CpuBackend final : public ExecutorBackend {
         }
       }
     }
+  }
+
+  // Activation offload: the layer's saved bytes to host memory and back; what comes back
+  // must be what its forward wrote (written_ holds the fingerprint the forward left).
+  void offload(const PlanOp& op, const BufferSpan& activations) {
+    HostCopy& copy = host_[{op.unit, op.micro_batch}];
+    copy.bytes.assign(activations.data, activations.data + activations.bytes);
+    const auto written = written_.find(activations.buffer->id);
+    copy.fingerprint = written == written_.end() ? 0 : written->second;
+  }
+  void reload(const PlanOp& op, const BufferSpan& target) {
+    const auto it = host_.find({op.unit, op.micro_batch});
+    if (it == host_.end()) fail(op, target, 0, "reloaded before its layer was offloaded");
+    const HostCopy& copy = it->second;
+    if (static_cast<int64_t>(copy.bytes.size()) != target.bytes)
+      fail(op, target, 0,
+           fmt::format("{} bytes offloaded, {} to reload", copy.bytes.size(), target.bytes));
+    std::memcpy(target.data, copy.bytes.data(), copy.bytes.size());
+    if (options_.check && fingerprint(target.data, target.bytes) != copy.fingerprint)
+      fail(op, target, 0, "the reloaded activations are not what the layer's forward saved");
+    host_.erase(it);
   }
 
   void reduce(const PlanOp& op, const std::vector<BufferSpan>& reads,
@@ -449,6 +477,11 @@ class CpuBackend final : public ExecutorBackend {
   const Plan* plan_ = nullptr;
   std::vector<MPI_Comm> comms_;                    // one per plan process group
   std::unordered_map<int64_t, uint64_t> written_;  // transient buffer -> fingerprint
+  struct HostCopy {
+    std::vector<std::byte> bytes;
+    uint64_t fingerprint = 0;  // of the activations when their forward wrote them
+  };
+  std::map<std::pair<int64_t, int64_t>, HostCopy> host_;  // (unit, micro-batch) -> offloaded
   std::vector<BufferSpan> persistent_;
   float sink_ = 0;
 };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 
 #include "executor/cuda_plugin_abi.h"
 #include "executor/cuda_probe.h"
@@ -32,6 +33,7 @@ class CudaBackend final : public ExecutorBackend {
     unique_id_ = cuda_plugin_symbol<decltype(unique_id_)>(h, "shardplan_cuda_unique_id");
     open_ = cuda_plugin_symbol<decltype(open_)>(h, "shardplan_cuda_open");
     alloc_ = cuda_plugin_symbol<decltype(alloc_)>(h, "shardplan_cuda_alloc");
+    host_alloc_ = cuda_plugin_symbol<decltype(host_alloc_)>(h, "shardplan_cuda_host_alloc");
     begin_ = cuda_plugin_symbol<decltype(begin_)>(h, "shardplan_cuda_begin_step");
     run_ = cuda_plugin_symbol<decltype(run_)>(h, "shardplan_cuda_run");
     end_ = cuda_plugin_symbol<decltype(end_)>(h, "shardplan_cuda_end_step");
@@ -76,6 +78,14 @@ class CudaBackend final : public ExecutorBackend {
     const int devices = std::max(1, probe_cuda().device_count);
     check(open_(local % devices, size_, rank_, world_id, static_cast<int>(plan.ops.size()),
                 static_cast<int>(groups.size()), groups.data(), &context_, &error_));
+    // Pinned host memory for each offloaded layer and micro-batch, as Transformer Engine
+    // keeps a CPU copy per offloaded tensor.
+    for (const PlanOp& op : plan.ops) {
+      if (op.kind != OpKind::offload) continue;
+      void* p = nullptr;
+      check(host_alloc_(context_, static_cast<long long>(op.bytes), &p, &error_));
+      host_[{op.unit, op.micro_batch}] = p;
+    }
   }
 
   std::byte* allocate(int64_t bytes) override {
@@ -158,6 +168,18 @@ class CudaBackend final : public ExecutorBackend {
       case OpKind::send_recv:
       case OpKind::all_to_all:
         break;  // only tensor- and context-parallel ones exist
+      case OpKind::offload:
+      case OpKind::reload: {
+        void* host = host_.at({op.unit, op.micro_batch});
+        const bool out = op.kind == OpKind::offload;
+        const BufferSpan& device = out ? reads.at(0) : writes.at(0);
+        c.kind = kCudaCopy;
+        c.input = out ? device.data : host;
+        c.output = out ? host : device.data;
+        c.count = std::min(device.bytes, static_cast<int64_t>(op.bytes));
+        calls.push_back(c);
+        break;
+      }
       case OpKind::forward:
       case OpKind::backward:
       case OpKind::recompute:
@@ -248,6 +270,7 @@ class CudaBackend final : public ExecutorBackend {
   }
 
   std::vector<long long> shapes_;
+  std::map<std::pair<int64_t, int64_t>, void*> host_;  // (unit, micro-batch) -> pinned copy
   bool mpi_ = false;
   int rank_ = 0, size_ = 1;
   const Plan* plan_ = nullptr;
@@ -257,6 +280,7 @@ class CudaBackend final : public ExecutorBackend {
   int (*open_)(int, int, int, const void*, int, int, const ShardplanCudaGroup*, void**,
                ShardplanCudaError*) = nullptr;
   int (*alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
+  int (*host_alloc_)(void*, long long, void**, ShardplanCudaError*) = nullptr;
   int (*begin_)(void*, ShardplanCudaError*) = nullptr;
   int (*run_)(void*, const ShardplanCudaOp*, ShardplanCudaError*) = nullptr;
   int (*end_)(void*, double*, double*, ShardplanCudaError*) = nullptr;

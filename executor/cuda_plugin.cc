@@ -53,6 +53,7 @@ struct Context {
   std::vector<cudaEvent_t> starts, ends;
   std::vector<char> ran;
   std::vector<void*> allocations;
+  std::vector<void*> host_allocations;
   void* gemm_scratch = nullptr;  // A, B, C of the largest GEMM
   long long gemm_scratch_bytes = 0;
 };
@@ -156,6 +157,14 @@ extern "C" int shardplan_cuda_alloc(void* context, long long bytes, void** data,
   if (FAILED(cudaMalloc(data, static_cast<std::size_t>(std::max(bytes, 1LL))))) return 1;
   c->allocations.push_back(*data);
   if (FAILED(cudaMemset(*data, 0, static_cast<std::size_t>(std::max(bytes, 1LL))))) return 1;
+  return 0;
+}
+
+extern "C" int shardplan_cuda_host_alloc(void* context, long long bytes, void** data,
+                                         ShardplanCudaError* error) {
+  auto* c = static_cast<Context*>(context);
+  if (FAILED(cudaMallocHost(data, static_cast<std::size_t>(std::max(bytes, 1LL))))) return 1;
+  c->host_allocations.push_back(*data);
   return 0;
 }
 
@@ -279,6 +288,13 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
         return 1;
       break;
     }
+    case kCudaCopy:
+      // Activation offload: copy engines over the host link, pinned memory on the host side.
+      if (op->count > 0 &&
+          FAILED(cudaMemcpyAsync(op->output, op->input, static_cast<std::size_t>(op->count),
+                                 cudaMemcpyDefault, stream)))
+        return 1;
+      break;
     case kCudaAllGather:
     case kCudaReduceScatter:
     case kCudaAllReduce:
@@ -356,6 +372,7 @@ extern "C" void shardplan_cuda_close(void* context) {
     if (comm != nullptr) ncclCommDestroy(comm);
   if (c->world != nullptr) ncclCommDestroy(c->world);
   for (void* p : c->allocations) cudaFree(p);
+  for (void* p : c->host_allocations) cudaFreeHost(p);
   if (c->gemm_scratch != nullptr) cudaFree(c->gemm_scratch);
   for (cudaEvent_t e : c->starts) cudaEventDestroy(e);
   for (cudaEvent_t e : c->ends) cudaEventDestroy(e);

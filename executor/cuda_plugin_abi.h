@@ -30,15 +30,18 @@ enum ShardplanCudaOpKind {
   kCudaAllReduce = 4,
   kCudaSendRecv =
       5,  // send `input` to the next rank of the group, receive `output` from the previous
-  kCudaAllToAll = 6  // `count` elements to and from every rank of the group
+  kCudaAllToAll = 6,  // `count` elements to and from every rank of the group
+  kCudaCopy = 7       // `count` bytes from `input` to `output` (activation offload: device
+                      // to pinned host memory, or back)
 };
 
-// One CUDA stream per plan stream (planner/plan.h Stream: compute, ag, rs, outer, tp, cp).
-enum { kCudaStreams = 6 };
+// One CUDA stream per plan stream (planner/plan.h Stream: compute, ag, rs, outer, tp, cp,
+// d2h, h2d).
+enum { kCudaStreams = 8 };
 
 struct ShardplanCudaOp {
   int kind;      // ShardplanCudaOpKind
-  int stream;    // 0 compute, 1 ag, 2 rs, 3 outer, 4 tp, 5 cp
+  int stream;    // 0 compute, 1 ag, 2 rs, 3 outer, 4 tp, 5 cp, 6 d2h, 7 h2d
   int group;     // the plan's process group (collectives)
   long long id;  // plan op id
   const long long* deps;
@@ -87,6 +90,10 @@ int shardplan_cuda_open(int device, int world_ranks, int world_rank, const void*
                         int num_ops, int num_groups, const ShardplanCudaGroup* groups,
                         void** context, ShardplanCudaError* error);
 int shardplan_cuda_alloc(void* context, long long bytes, void** data, ShardplanCudaError* error);
+// Pinned host memory (cudaMallocHost), freed with the context: where offloaded
+// activations wait for their backward.
+int shardplan_cuda_host_alloc(void* context, long long bytes, void** data,
+                              ShardplanCudaError* error);
 int shardplan_cuda_begin_step(void* context, ShardplanCudaError* error);
 int shardplan_cuda_run(void* context, const ShardplanCudaOp* op, ShardplanCudaError* error);
 // Waits for the step; `start`/`end` (num_ops each) get seconds from the step's start;

@@ -135,8 +135,9 @@ std::vector<int64_t> replay_order(const Plan& plan) {
   std::vector<int64_t> order;
   order.reserve(n);
   // Communication streams first, then compute: each picks its head when its deps are done.
-  const std::array<Stream, kNumStreams> preference = {Stream::ag, Stream::rs, Stream::outer,
-                                                      Stream::tp, Stream::cp, Stream::compute};
+  const std::array<Stream, kNumStreams> preference = {Stream::ag,  Stream::rs,     Stream::outer,
+                                                      Stream::tp,  Stream::cp,     Stream::d2h,
+                                                      Stream::h2d, Stream::compute};
   while (order.size() < n) {
     bool progressed = false;
     for (Stream s : preference) {

@@ -188,7 +188,8 @@ std::vector<std::string> cluster_zoo_names() {
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node", "inter_node",
-                 "nccl", "compute", "collective_calibration", "non_tensor_bytes", "sources"});
+                 "host_link", "nccl", "compute", "collective_calibration", "non_tensor_bytes",
+                 "sources"});
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -198,6 +199,15 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
   c.intra_node = parse_link(r.object("intra_node"));
   c.inter_node = parse_link(r.object("inter_node"));
   c.nccl = parse_nccl(r.object("nccl"));
+  if (r.has("host_link")) {
+    const JsonReader h = r.object("host_link");
+    h.expect_only({"name", "bandwidth_bytes_per_s", "measured_bandwidth_bytes_per_s"});
+    c.host_link.name = h.string("name");
+    c.host_link.bandwidth_bytes_per_s =
+        h.number_in("bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth);
+    c.host_link.measured_bandwidth_bytes_per_s =
+        h.number_in("measured_bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth);
+  }
   if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
   if (r.has("collective_calibration")) c.collective_calibration = parse_collective_calibration(r);
   if (c.nccl.collective_sms < 0 || c.nccl.collective_sms >= c.gpu.sm_count) {

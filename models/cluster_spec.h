@@ -95,6 +95,14 @@ struct ComputeSpec {
   double overlap_slowdown = 0.189;
 };
 
+// The GPU's link to host memory (PCIe, or NVLink-C2C on Grace parts), per GPU and per
+// direction: what activation offload's copies move over.
+struct HostLinkSpec {
+  std::string name;
+  double bandwidth_bytes_per_s = 0;           // line rate
+  double measured_bandwidth_bytes_per_s = 0;  // pinned cudaMemcpyAsync, large copies; 0: unknown
+};
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -104,6 +112,7 @@ struct ClusterSpec {
   LinkSpec intra_node;
   LinkSpec inter_node;
   NcclSpec nccl;
+  HostLinkSpec host_link;  // optional in a cluster file; needed by offload_activations
   ComputeSpec compute;
   std::vector<CollectiveCalibration> collective_calibration;  // empty: NCCL's model as is
   int64_t non_tensor_bytes = 0;                // CUDA context, NCCL and cuBLAS workspaces per GPU

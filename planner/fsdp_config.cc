@@ -156,7 +156,8 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "double_buffer",
                                                 "allocator",
                                                 "stack",
-                                                "optimizer"};
+                                                "optimizer",
+                                                "offload_activations"};
   return keys;
 }
 
@@ -349,6 +350,8 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.double_buffer = r.boolean_or("double_buffer", c.double_buffer);
   c.allocator = parse_enum(r, "allocator", kAllocators, c.allocator);
   c.optimizer = parse_enum(r, "optimizer", kOptimizers, c.optimizer);
+  c.offload_activations =
+      r.integer_in_or("offload_activations", 0, kMaxDepth, c.offload_activations);
 
   // A JSON-level rule: the key was given where it has no effect.
   if (r.has("fp8_recipe") && !fp8_compute(c)) {
@@ -395,6 +398,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["double_buffer"] = c.double_buffer;
   j["allocator"] = allocator_name(c.allocator);
   j["optimizer"] = optimizer_name(c.optimizer);
+  if (c.offload_activations > 0) j["offload_activations"] = c.offload_activations;
   return j;
 }
 
@@ -549,6 +553,21 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
   }
   // The plan grows with units × micro-batches; refuse up front what would not fit in memory.
   const auto units = static_cast<int64_t>(find_fsdp_units(model, c.unit_modules, label).size());
+  if (c.offload_activations > 0 && cluster.host_link.measured_bandwidth_bytes_per_s <= 0) {
+    throw InputError(label, "/offload_activations",
+                     fmt::format("{} has no host_link (the GPU's measured bandwidth to host "
+                                 "memory) for the copies: add one to the cluster file",
+                                 cluster.name));
+  }
+  // Transformer Engine offloads groups while later ones compute: at least one layer stays
+  // (num_offload_layers + 1 <= layers; Megatron takes 0 to num_layers - 1).
+  if (c.offload_activations > 0 && c.offload_activations >= units - 1) {
+    throw InputError(
+        label, "/offload_activations",
+        fmt::format("{} of {} layer units: offload at most {} (one layer's forward "
+                    "hides the last offloaded layer's copy)",
+                    c.offload_activations, units - 1, std::max<int64_t>(units - 2, 0)));
+  }
   if (c.grad_accum > limits::kMaxUnitMicroBatches / std::max<int64_t>(units, 1)) {
     throw InputError(
         label, "/grad_accum",

@@ -72,6 +72,10 @@ struct FsdpConfig {
   Allocator allocator = Allocator::caching;
   Optimizer optimizer = Optimizer::adam;
   Stack stack = Stack::megatron_te;  // the software that runs it (models/module_cost.h)
+  // Activation CPU offload (Megatron's cpu_offloading_num_layers, Transformer Engine's
+  // get_cpu_offload_context): the saved activations of the first N layer units go to host
+  // memory after their forward and come back one layer ahead of their backward. 0: off.
+  int64_t offload_activations = 0;
 };
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.

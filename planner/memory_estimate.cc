@@ -124,6 +124,8 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   double in_units_kept = 0;
   double largest_recompute = 0;
   int64_t layer_units_seen = 0;
+  int64_t offloaded_units = 0;
+  double offloaded = 0, largest_offloaded = 0;
   for (const FsdpUnit& u : units) {
     if (u.module == nullptr) continue;
     const double none = saved_activation_bytes(*u.module, shape, Recompute::none);
@@ -133,8 +135,20 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
       layer_units_seen += 1;
       mode = layer_units_seen % c.recompute_every == 0 ? Recompute::full : Recompute::none;
     }
-    in_units_kept += saved_activation_bytes(*u.module, shape, mode);
+    const double kept = saved_activation_bytes(*u.module, shape, mode);
+    in_units_kept += kept;
     if (mode == Recompute::full) largest_recompute = std::max(largest_recompute, none);
+    // Activation offload: the first N layer units' saved bytes leave the GPU; by the end
+    // of the forward (the activation peak) all are gone, and backward holds at most two
+    // layers' at once (the current one and the one reloaded ahead; schedule.cc).
+    if (offloaded_units < c.offload_activations) {
+      ++offloaded_units;
+      offloaded += kept;
+      largest_offloaded = std::max(largest_offloaded, kept);
+    }
+  }
+  if (offloaded_units > 0) {
+    in_units_kept = std::max(in_units_kept - offloaded, 2.0 * largest_offloaded);
   }
 
   const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;

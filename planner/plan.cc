@@ -10,17 +10,21 @@ constexpr NameTable<Stream, kNumStreams> kStreams = {{{Stream::compute, "compute
                                                       {Stream::rs, "rs"},
                                                       {Stream::outer, "outer"},
                                                       {Stream::tp, "tp"},
-                                                      {Stream::cp, "cp"}}};
-constexpr NameTable<OpKind, 9> kOpKinds = {{{OpKind::all_gather, "all_gather"},
-                                            {OpKind::reduce_scatter, "reduce_scatter"},
-                                            {OpKind::all_reduce, "all_reduce"},
-                                            {OpKind::forward, "forward"},
-                                            {OpKind::backward, "backward"},
-                                            {OpKind::recompute, "recompute"},
-                                            {OpKind::optimizer_step, "optimizer_step"},
-                                            {OpKind::send_recv, "send_recv"},
-                                            {OpKind::all_to_all, "all_to_all"}}};
-constexpr NameTable<BufferRole, 15> kRoles = {
+                                                      {Stream::cp, "cp"},
+                                                      {Stream::d2h, "d2h"},
+                                                      {Stream::h2d, "h2d"}}};
+constexpr NameTable<OpKind, 11> kOpKinds = {{{OpKind::all_gather, "all_gather"},
+                                             {OpKind::reduce_scatter, "reduce_scatter"},
+                                             {OpKind::all_reduce, "all_reduce"},
+                                             {OpKind::forward, "forward"},
+                                             {OpKind::backward, "backward"},
+                                             {OpKind::recompute, "recompute"},
+                                             {OpKind::optimizer_step, "optimizer_step"},
+                                             {OpKind::send_recv, "send_recv"},
+                                             {OpKind::all_to_all, "all_to_all"},
+                                             {OpKind::offload, "offload"},
+                                             {OpKind::reload, "reload"}}};
+constexpr NameTable<BufferRole, 16> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -35,7 +39,8 @@ constexpr NameTable<BufferRole, 15> kRoles = {
      {BufferRole::tp_buffer, "tp_buffer"},
      {BufferRole::cp_buffer, "cp_buffer"},
      {BufferRole::fp8_weight_cache, "fp8_weight_cache"},
-     {BufferRole::workspace, "workspace"}}};
+     {BufferRole::workspace, "workspace"},
+     {BufferRole::reloaded_activations, "reloaded_activations"}}};
 
 }  // namespace
 

@@ -20,8 +20,9 @@ inline constexpr int kPlanVersion = 5;
 // outer collectives; tp: tensor-parallel collectives overlapped with the GEMMs
 // (tp_comm_overlap); cp: ring attention's send/recv steps. Blocking tensor- and
 // context-parallel collectives run on the compute stream.
-enum class Stream { compute, ag, rs, outer, tp, cp };
-inline constexpr int kNumStreams = 6;
+// d2h, h2d: activation offload's copies to and from host memory (offload_activations).
+enum class Stream { compute, ag, rs, outer, tp, cp, d2h, h2d };
+inline constexpr int kNumStreams = 8;
 enum class OpKind {
   all_gather,
   reduce_scatter,
@@ -32,6 +33,8 @@ enum class OpKind {
   optimizer_step,
   send_recv,   // each rank of the group sends to the next and receives from the previous
   all_to_all,  // each rank sends 1/n of its buffer to every rank
+  offload,     // a layer's saved activations copied to host memory (forward)
+  reload,      // ... and back into a new buffer before its backward
 };
 enum class BufferRole {
   model_weight,           // param dtype (FP8 with fp8_param_gather), sharded under ZeRO-3
@@ -49,6 +52,7 @@ enum class BufferRole {
   cp_buffer,              // context parallelism's received K/V chunks (or gathered K/V)
   fp8_weight_cache,       // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cast copies
   workspace,              // held by one compute op while it runs (the cross entropy's logits)
+  reloaded_activations,   // offload_activations: a layer's saved activations back from host
 };
 
 std::string_view stream_name(Stream s);

@@ -58,7 +58,7 @@ PlanMemory plan_memory(const Plan& plan) {
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
   m.activations = transient_peak(plan, [](const PlanBuffer& b) {
     return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations ||
-           b.role == BufferRole::workspace;
+           b.role == BufferRole::workspace || b.role == BufferRole::reloaded_activations;
   });
   m.fp8_transpose_cache = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });

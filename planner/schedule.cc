@@ -94,10 +94,15 @@ struct MicroBatchState {
         unsharded_bwd(units, -1),
         unsharded_grad(units, -1),
         transpose_cache(units, -1),
-        activations(segments, -1) {}
+        activations(segments, -1),
+        offload(segments, -1),
+        reload(segments, -1),
+        reloaded(segments, -1) {}
   std::vector<int64_t> ag_fwd, ag_bwd, reduce;
   std::vector<int64_t> unsharded_fwd, unsharded_bwd, unsharded_grad, transpose_cache;
   std::vector<int64_t> activations;  // per segment
+  // offload_activations, per segment: the copy to host, the copy back, and its buffer.
+  std::vector<int64_t> offload, reload, reloaded;
   int64_t last_forward = -1;
 };
 
@@ -119,7 +124,10 @@ class ScheduleBuilder {
     index_persistent_buffers();
     // Layer units in forward order (every unit but the root owns exactly one segment).
     for (const PlanSegment& seg : plan_.segments) {
-      if (seg.unit != 0) layers_.push_back(seg.unit);
+      if (seg.unit != 0) {
+        layers_.push_back(seg.unit);
+        layer_segments_.push_back(seg.id);
+      }
     }
     double_buffered_ = c_.double_buffer && !double_buffers_.empty();
     // The root unit is gathered when it has parameters and work of its own: a captured
@@ -150,6 +158,8 @@ class ScheduleBuilder {
   int64_t emit_backward_of(const PlanSegment& seg, int64_t position, int64_t last_backward,
                            const std::vector<int64_t>& reduce_by_position);
   void reduce(int64_t unit, std::vector<int64_t> deps);
+  // offload_activations: the layer at forward `index` back from host, once `after` ends.
+  void reload_layer(int64_t index, int64_t after);
   // A segment's forward work as an op: the forward, or its re-run under full recompute.
   PlanOp forward_work(const PlanSegment& seg, OpKind kind, std::vector<int64_t> deps,
                       std::vector<int64_t> reads, std::vector<int64_t> writes) const {
@@ -186,6 +196,7 @@ class ScheduleBuilder {
   std::vector<UnitBuffers> units_;
   std::vector<int64_t> double_buffers_;
   std::vector<int64_t> layers_;
+  std::vector<int64_t> layer_segments_;  // the segment of each layer unit, forward order
   bool double_buffered_ = false;
   bool gather_root_ = false;
   std::vector<int64_t> last_reduce_;      // final reduction op per unit
@@ -347,6 +358,7 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
   };
   gather_triggered_by(-1, start_deps);
   int64_t position = 0;
+  int64_t offload_wait = -1;  // the copy the next compute op waits for
   for (const PlanSegment& seg : plan_.segments) {
     const auto u = static_cast<std::size_t>(seg.unit);
     const UnitBuffers& unit = units_[u];
@@ -367,6 +379,8 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
     } else {
       deps.insert(deps.end(), start_deps.begin(), start_deps.end());
     }
+    if (offload_wait >= 0) deps.push_back(offload_wait);
+    offload_wait = -1;
     std::vector<int64_t> writes = {activations};
     if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb, "fwd"));
     // keep_fp8_transpose_cache: the transposed FP8 weights stay from forward to backward.
@@ -380,7 +394,27 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
     state_.last_forward = emit_work(
         forward_work(seg, OpKind::forward, std::move(deps), std::move(reads), std::move(writes)),
         seg, seg.forward_comms, "fwd");
-    if (seg.unit != 0) gather_triggered_by(position++, {state_.last_forward});
+    if (seg.unit == 0) continue;
+    // Transformer Engine's offload handler: the layer's saved tensors go to host on their
+    // own stream once its forward ends; at the end of the next layer's forward the compute
+    // stream waits for that copy and frees them (num_offload_sync_layers 1).
+    if (position > 0) {
+      offload_wait = state_.offload[static_cast<std::size_t>(
+          layer_segments_[static_cast<std::size_t>(position - 1)])];
+    }
+    if (position < c_.offload_activations) {
+      state_.offload[static_cast<std::size_t>(seg.id)] =
+          emit_.op(PlanOp{.stream = Stream::d2h,
+                          .kind = OpKind::offload,
+                          .unit = seg.unit,
+                          .segment = seg.id,
+                          .micro_batch = mb,
+                          .name = fmt::format("offload {} mb{}", seg.label, mb),
+                          .bytes = seg.activation_bytes,
+                          .deps = {state_.last_forward},
+                          .reads = {activations}});
+    }
+    gather_triggered_by(position++, {state_.last_forward});
   }
 }
 
@@ -403,6 +437,24 @@ void ScheduleBuilder::reduce(int64_t unit, std::vector<int64_t> deps) {
   state_.reduce[u] = id;
   last_reduce_[u] = id;
   if (s_.hsdp && mb_ == c_.grad_accum - 1) reduce_outer(unit, id);
+}
+
+void ScheduleBuilder::reload_layer(int64_t index, int64_t after) {
+  const int64_t segment = layer_segments_[static_cast<std::size_t>(index)];
+  const auto s = static_cast<std::size_t>(segment);
+  const PlanSegment& seg = plan_.segments[s];
+  state_.reloaded[s] = emit_.transient(BufferRole::reloaded_activations, seg.unit, mb_,
+                                       c_.param_dtype, seg.activation_bytes,
+                                       fmt::format("reloaded_activations {} mb{}", seg.label, mb_));
+  state_.reload[s] = emit_.op(PlanOp{.stream = Stream::h2d,
+                                     .kind = OpKind::reload,
+                                     .unit = seg.unit,
+                                     .segment = segment,
+                                     .micro_batch = mb_,
+                                     .name = fmt::format("reload {} mb{}", seg.label, mb_),
+                                     .bytes = seg.activation_bytes,
+                                     .deps = {after, state_.offload[s]},
+                                     .writes = {state_.reloaded[s]}});
 }
 
 // HSDP: the replicas reduce the step's gradients across dp_outer, once, after the last
@@ -429,10 +481,14 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
                                           int64_t last_backward,
                                           const std::vector<int64_t>& reduce_by_position) {
   const auto u = static_cast<std::size_t>(seg.unit);
+  const auto s = static_cast<std::size_t>(seg.id);
   const bool layer = seg.unit != 0;
-  std::vector<int64_t> reads = {state_.activations[static_cast<std::size_t>(seg.id)]};
+  // An offloaded layer reads its activations as they came back from host.
+  const bool reloaded = state_.reloaded[s] >= 0;
+  std::vector<int64_t> reads = {reloaded ? state_.reloaded[s] : state_.activations[s]};
   if (state_.transpose_cache[u] >= 0) reads.push_back(state_.transpose_cache[u]);
   std::vector<int64_t> deps = {last_backward >= 0 ? last_backward : state_.last_forward};
+  if (reloaded) deps.push_back(state_.reload[s]);
   if (s_.shard_params && (layer || gather_root_)) {
     reads.push_back(layer ? state_.unsharded_bwd[u] : state_.unsharded_fwd[u]);
     if (layer) deps.push_back(state_.ag_bwd[u]);
@@ -506,6 +562,12 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
   std::vector<int64_t> reduce_by_position;  // reduce op per backward position
   for (auto it = plan_.segments.rbegin(); it != plan_.segments.rend(); ++it) {
     const PlanSegment& seg = *it;
+    // Transformer Engine prefetches one layer ahead: as this layer's backward starts, the
+    // layer before it comes back from host into a new buffer.
+    const int64_t previous = num_layers() - 2 - position;  // forward index of the layer before
+    if (seg.unit != 0 && previous >= 0 && previous < c_.offload_activations) {
+      reload_layer(previous, last_backward >= 0 ? last_backward : state_.last_forward);
+    }
     last_backward = emit_backward_of(seg, position, last_backward, reduce_by_position);
     if (seg.unit == 0) continue;
     gather_triggered_by(position, {last_backward});

@@ -281,7 +281,9 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
 double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
                           const FsdpConfig& resolved) {
   const MemoryEstimate e = estimate_memory(model, cluster, resolved);
-  const double persistent = e.model_weights + e.main_weights + e.main_grads + e.optimizer_states +
+  // PyTorch FSDP's main grads appear with the first reduction, after the moment below.
+  const double persistent = e.model_weights + e.main_weights +
+                            (e.main_grads_transient ? 0.0 : e.main_grads) + e.optimizer_states +
                             e.double_buffers + e.non_tensor;
   const double gathered =
       resolved.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(resolved.param_dtype));
@@ -321,6 +323,7 @@ std::string describe_config(const FsdpConfig& c) {
   if (fp8_compute(c)) text += " fp8";
   if (c.stack != Stack::megatron_te) text += fmt::format(" {}", stack_name(c.stack));
   if (c.double_buffer) text += " dbuf";
+  if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);
   if (c.allocator != Allocator::caching) text += fmt::format(" {}", allocator_name(c.allocator));
   return text;
 }

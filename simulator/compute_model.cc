@@ -60,6 +60,11 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
     case OpKind::recompute:
     case OpKind::optimizer_step:
       return {.seconds = compute_seconds(compute_work(plan, op, cluster), cluster.compute)};
+    case OpKind::offload:
+    case OpKind::reload:
+      // Activation offload: a layer's saved bytes over the host link (copy engines;
+      // their HBM traffic is not charged to the compute ops beside them).
+      return {.seconds = op.bytes / cluster.host_link.measured_bandwidth_bytes_per_s};
     case OpKind::all_gather:
     case OpKind::reduce_scatter:
     case OpKind::all_reduce:

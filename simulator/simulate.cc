@@ -86,6 +86,8 @@ void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
     }
     auto rate = [&](const Running& r) {
       const PlanOp& op = plan.ops[static_cast<std::size_t>(r.op)];
+      // Host copies run on their own link and copy engines, whatever else runs.
+      if (op.kind == OpKind::offload || op.kind == OpKind::reload) return 1.0;
       if (!is_collective(op)) return collective_running ? 1.0 / slowdown : 1.0;
       if (r.latency_left > 0) return 1.0;
       const int64_t k = sharing[static_cast<int>(cost[static_cast<std::size_t>(r.op)].tier)];
@@ -303,6 +305,10 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
         break;
       case Stream::outer:
         p.outer += d;
+        break;
+      case Stream::d2h:
+      case Stream::h2d:
+        p.offload += d;
         break;
     }
   }

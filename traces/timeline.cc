@@ -128,7 +128,8 @@ nlohmann::json timeline_to_json(const Timeline& t) {
               {"reduce_scatter", p.reduce_scatter},
               {"outer", p.outer},
               {"optimizer", p.optimizer},
-              {"model_parallel", p.model_parallel}}}}},
+              {"model_parallel", p.model_parallel},
+              {"offload", p.offload}}}}},
           {"critical_path", t.critical_path},
           {"ops", std::move(ops)},
           {"memory", std::move(memory)}};
@@ -176,7 +177,9 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
       .reduce_scatter = p.non_negative_number("reduce_scatter"),
       .outer = p.non_negative_number("outer"),
       .optimizer = p.non_negative_number("optimizer"),
-      .model_parallel = p.has("model_parallel") ? p.non_negative_number("model_parallel") : 0.0};
+      .model_parallel = p.has("model_parallel") ? p.non_negative_number("model_parallel") : 0.0,
+      // Absent from timelines written before activation offload.
+      .offload = p.has("offload") ? p.non_negative_number("offload") : 0.0};
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops", "group"});
     TimelineOp op{.op = o.integer("op"),

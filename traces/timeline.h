@@ -39,6 +39,7 @@ struct PathBreakdown {
   double outer = 0;           // dp_outer collectives (HSDP)
   double optimizer = 0;
   double model_parallel = 0;  // tensor- and context-parallel collectives
+  double offload = 0;         // activation offload's copies to and from host
 };
 
 struct TimelineSummary {

@@ -86,7 +86,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // step's gradients made by its first reduction; HSDP over them.
                       Case{2, {"stack=torch-eager"}},
                       Case{2, {"stack=torch-compile", "fp8_param_gather=true"}},
-                      Case{4, {"stack=torch-compile", "dp_outer=2"}}),
+                      Case{4, {"stack=torch-compile", "dp_outer=2"}},
+                      // Activation offload: two layers' saved bytes to host and back, checked
+                      // against what their forward wrote.
+                      Case{2, {"offload_activations=2"}},
+                      Case{2, {"offload_activations=3", "recompute=full"}}),
     case_name);
 
 // The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its

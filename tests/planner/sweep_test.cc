@@ -136,6 +136,29 @@ TEST(Sweep, Fp8RunsUnderEveryStrategy) {
   }
 }
 
+// PyTorch FSDP's layout (main grads made by the first reduction) and activation offload
+// (saved bytes leave the GPU): the pruning bound stays below every simulated peak.
+TEST(Sweep, BoundHoldsForTorchLayoutAndActivationOffload) {
+  Fixture f;
+  f.base.stack = Stack::torch_eager;
+  f.base.main_grad_dtype = DType::fp32;
+  f.base.grad_reduce_dtype = DType::fp32;
+  f.base.offload_activations = 2;
+  SearchSpace s = f.space();
+  s.dp_outer = {1};
+  const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  const SweepResult r = sweep_configs(f.model, f.cluster, configs, f.evaluate, {.prune = false});
+  int torch_layout = 0;
+  for (const SweepPoint& p : r.points) {
+    if (p.state != PointState::evaluated) continue;
+    torch_layout += torch_fsdp_layout(p.config) ? 1 : 0;
+    EXPECT_NE(describe_config(p.config).find(" offload2"), std::string::npos);
+    EXPECT_LE(p.memory_lower_bound, static_cast<double>(p.summary.peak_allocated_bytes))
+        << describe_config(p.config);
+  }
+  EXPECT_GT(torch_layout, 0);
+}
+
 TEST(Sweep, ThreadCountChangesNothing) {
   Fixture f;
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
