@@ -37,6 +37,10 @@ constexpr NameTable<Allocator, 3> kAllocators = {{
     {Allocator::caching, "caching"},
     {Allocator::expandable, "expandable"},
 }};
+constexpr NameTable<SdpaBackend, 2> kSdpaBackends = {{
+    {SdpaBackend::flash, "flash"},
+    {SdpaBackend::cudnn, "cudnn"},
+}};
 constexpr NameTable<Optimizer, 2> kOptimizers = {{
     {Optimizer::adam, "adam"},
     {Optimizer::sgd, "sgd"},
@@ -115,6 +119,10 @@ std::string_view outer_strategy_name(OuterStrategy s) {
 std::string_view fp8_recipe_name(Fp8Recipe r) {
   return name_of(kRecipes, r);
 }
+std::string_view sdpa_backend_name(SdpaBackend b) {
+  return name_of(kSdpaBackends, b);
+}
+
 std::string_view allocator_name(Allocator a) {
   return name_of(kAllocators, a);
 }
@@ -157,7 +165,8 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "allocator",
                                                 "stack",
                                                 "optimizer",
-                                                "offload_activations"};
+                                                "offload_activations",
+                                                "sdpa_backend"};
   return keys;
 }
 
@@ -352,6 +361,12 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.optimizer = parse_enum(r, "optimizer", kOptimizers, c.optimizer);
   c.offload_activations =
       r.integer_in_or("offload_activations", 0, kMaxDepth, c.offload_activations);
+  c.sdpa_backend = parse_enum(r, "sdpa_backend", kSdpaBackends, c.sdpa_backend);
+  if (r.has("sdpa_backend") && c.stack == Stack::megatron_te) {
+    r.fail("sdpa_backend",
+           "picks PyTorch's attention kernel on the torch stacks; Transformer Engine (stack "
+           "megatron-te) runs its own fused attention: set stack torch-compile or torch-eager");
+  }
 
   // A JSON-level rule: the key was given where it has no effect.
   if (r.has("fp8_recipe") && !fp8_compute(c)) {
@@ -399,6 +414,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["allocator"] = allocator_name(c.allocator);
   j["optimizer"] = optimizer_name(c.optimizer);
   if (c.offload_activations > 0) j["offload_activations"] = c.offload_activations;
+  if (c.stack != Stack::megatron_te) j["sdpa_backend"] = sdpa_backend_name(c.sdpa_backend);
   return j;
 }
 

@@ -23,6 +23,9 @@ enum class Fp8Recipe { delayed, mxfp8 };
 // same with expandable_segments:True (torchtitan's and Megatron's launch scripts set it).
 enum class Allocator { pool, caching, expandable };
 enum class Optimizer { adam, sgd };
+// The kernel PyTorch's scaled_dot_product_attention runs on the torch stacks (Transformer
+// Engine picks its own fused attention): FlashAttention-2, or cuDNN's attention.
+enum class SdpaBackend { flash, cudnn };
 
 // Every knob of one FSDP run. Defaults follow Megatron-FSDP's `fully_shard` (seeds/002
 // README): ZeRO-3, prefetch 1, async reduce, at most two live gradient buffers, bf16
@@ -76,6 +79,8 @@ struct FsdpConfig {
   // get_cpu_offload_context): the saved activations of the first N layer units go to host
   // memory after their forward and come back one layer ahead of their backward. 0: off.
   int64_t offload_activations = 0;
+  // torch stacks: which SDPA kernel runs attention (docs/model.md "Software stacks").
+  SdpaBackend sdpa_backend = SdpaBackend::cudnn;
 };
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.
@@ -99,6 +104,7 @@ std::string_view sharding_strategy_name(ShardingStrategy s);
 std::string_view outer_strategy_name(OuterStrategy s);
 std::string_view fp8_recipe_name(Fp8Recipe r);
 std::string_view allocator_name(Allocator a);
+std::string_view sdpa_backend_name(SdpaBackend b);
 std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text);
 std::optional<OuterStrategy> parse_outer_strategy(std::string_view text);
 std::optional<Allocator> parse_allocator(std::string_view text);

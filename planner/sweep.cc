@@ -321,7 +321,10 @@ std::string describe_config(const FsdpConfig& c) {
                       c.grad_accum);
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
   if (fp8_compute(c)) text += " fp8";
-  if (c.stack != Stack::megatron_te) text += fmt::format(" {}", stack_name(c.stack));
+  if (c.stack != Stack::megatron_te) {
+    text += fmt::format(" {}", stack_name(c.stack));
+    if (c.sdpa_backend == SdpaBackend::flash) text += "(fa2)";
+  }
   if (c.double_buffer) text += " dbuf";
   if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);
   if (c.allocator != Allocator::caching) text += fmt::format(" {}", allocator_name(c.allocator));

@@ -15,7 +15,9 @@ RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
 ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
   ComputeWork w;
-  w.sdpa = plan.config.stack != Stack::megatron_te;
+  // FlashAttention-2 on the torch stacks' SDPA; cuDNN's attention is Transformer Engine's.
+  w.sdpa =
+      plan.config.stack != Stack::megatron_te && plan.config.sdpa_backend == SdpaBackend::flash;
   switch (op.kind) {
     case OpKind::forward:
     case OpKind::backward:

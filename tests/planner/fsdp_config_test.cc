@@ -36,6 +36,15 @@ TEST(FsdpConfig, GradDtypesFollowTheParamDtypeUnlessSet) {
   EXPECT_EQ(fp16.grad_reduce_dtype, DType::fp16);
   const FsdpConfig fp32_grads = fsdp_config_from_json({{"main_grad_dtype", "fp32"}}, "cfg");
   EXPECT_EQ(fp32_grads.grad_reduce_dtype, DType::fp32);
+  // PyTorch keeps .grad in the sharded parameter's dtype, and torchtitan reduces in fp32.
+  const FsdpConfig torch = fsdp_config_from_json({{"stack", "torch-compile"}}, "cfg");
+  EXPECT_EQ(torch.main_grad_dtype, DType::fp32);
+  EXPECT_EQ(torch.grad_reduce_dtype, DType::fp32);
+  EXPECT_EQ(torch.sdpa_backend, SdpaBackend::cudnn);
+  const FsdpConfig bf16_reduce =
+      fsdp_config_from_json({{"stack", "torch-eager"}, {"grad_reduce_dtype", "bf16"}}, "cfg");
+  EXPECT_EQ(bf16_reduce.main_grad_dtype, DType::fp32);
+  EXPECT_EQ(bf16_reduce.grad_reduce_dtype, DType::bf16);
 }
 
 TEST(FsdpConfig, RoundTripsThroughJson) {
@@ -69,7 +78,9 @@ TEST(FsdpConfig, RoundTripsThroughJson) {
                    {"double_buffer", true},
                    {"allocator", "pool"},
                    {"optimizer", "sgd"},
-                   {"stack", "torch-eager"}};
+                   {"stack", "torch-eager"},
+                   {"sdpa_backend", "flash"},
+                   {"offload_activations", 3}};
   const FsdpConfig c = fsdp_config_from_json(in, "cfg");
   EXPECT_EQ(fsdp_config_to_json(c), in);
   EXPECT_EQ(fsdp_config_to_json(fsdp_config_from_json(fsdp_config_to_json(c), "again")), in);
@@ -136,6 +147,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "/sharding_strategy",
                   "unknown sharding_strategy value"},
         BadConfig{"zero_dp_shard", {{"dp_shard", 0}}, "/dp_shard", "must be positive"},
+        BadConfig{
+            "sdpa_on_megatron", {{"sdpa_backend", "flash"}}, "/sdpa_backend", "Transformer Engine"},
+        BadConfig{"bad_sdpa",
+                  {{"stack", "torch-eager"}, {"sdpa_backend", "fa3"}},
+                  "/sdpa_backend",
+                  "unknown sdpa_backend value"},
+        BadConfig{"negative_offload", {{"offload_activations", -1}}, "/offload_activations", ""},
         BadConfig{"negative_outer", {{"dp_outer", -2}}, "/dp_outer", "must be positive"},
         BadConfig{"zero_micro_batch", {{"micro_batch", 0}}, "/micro_batch", "must be positive"},
         BadConfig{"zero_grad_accum", {{"grad_accum", 0}}, "/grad_accum", "must be positive"},

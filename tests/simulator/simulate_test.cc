@@ -86,8 +86,9 @@ TEST(Simulate, PowerLimitSlowsTensorCoreWorkOnly) {
   EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, (full - memory) / share + memory, 1e-15);
 }
 
-// Attention runs at the cluster's SDPA efficiency on the PyTorch stacks and at its fused
-// attention efficiency under megatron-te; GEMMs are unchanged.
+// Attention runs at the cluster's SDPA (FlashAttention-2) efficiency on the PyTorch stacks
+// with sdpa_backend flash, and at its fused attention efficiency under megatron-te and
+// with cuDNN's SDPA; GEMMs are unchanged.
 TEST(Simulate, AttentionEfficiencyFollowsTheStack) {
   PlanMaker m;
   m.add(
@@ -98,6 +99,8 @@ TEST(Simulate, AttentionEfficiencyFollowsTheStack) {
   c.compute.sdpa_attention_efficiency = 0.25;
   EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.5, 1e-12);
   m.plan.config.stack = Stack::torch_compile;
+  EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.5, 1e-12);
+  m.plan.config.sdpa_backend = SdpaBackend::flash;
   EXPECT_NEAR(op_cost(m.plan, m.plan.ops[0], c).seconds, 2.0 + 1.0 / 0.25, 1e-12);
 }
 
@@ -482,6 +485,43 @@ TEST(SimulatePublished, DecoderLayersOnH100WithinFifteenPercentOfMeasured) {
     EXPECT_NEAR(backward / measured["backward_seconds_median"].get<double>(), 1.0, 0.15)
         << measured.dump();
   }
+}
+
+// The same layer timed on an H200 (PyTorch 2.11, tools/measure/fsdp2_probe.py,
+// tests/data/h200/fsdp2_probe.json) with each layer under torch.compile: 6.64 / 13.99 ms.
+// PyTorch 2.11 runs SDPA on cuDNN there (sdpa_probe.json: 0.56 / 0.52 of the BF16 peak):
+// the torch-compile stack with sdpa_backend cudnn is within 10 %; with FlashAttention-2
+// (the SDPA of PyTorch 2.5-2.8) it is slower by the attention alone.
+TEST(SimulatePublished, CompiledLayerOnH200WithCudnnSdpaWithinTenPercent) {
+  std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h200/fsdp2_probe.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json probe = nlohmann::json::parse(in);
+  const nlohmann::json* compiled = nullptr;
+  for (const auto& t : probe.at("layer_times")) {
+    if (t.at("compiled").get<bool>()) compiled = &t;
+  }
+  ASSERT_NE(compiled, nullptr);
+  const ModelSpec model = load_model("llama3-8b");
+  const ClusterSpec cluster = load_cluster("dgx-h200", std::nullopt, 1);
+  auto layer = [&](const char* backend) {
+    const nlohmann::json j = {
+        {"seq_len", 8192}, {"stack", "torch-compile"}, {"sdpa_backend", backend}};
+    const Plan plan = build_plan(
+        model, cluster, resolve_fsdp_config(fsdp_config_from_json(j, "t"), model, cluster, "t"));
+    const Timeline t = simulate(plan, cluster);
+    std::pair<double, double> out;
+    for (const TimelineOp& op : t.ops) {
+      if (op.name == "fwd layers.0 mb0") out.first = op.end - op.start;
+      if (op.name == "bwd layers.0 mb0") out.second = op.end - op.start;
+    }
+    return out;
+  };
+  const auto [forward, backward] = layer("cudnn");
+  EXPECT_NEAR(forward / compiled->at("forward_seconds_median").get<double>(), 1.0, 0.10);
+  EXPECT_NEAR(backward / compiled->at("backward_seconds_median").get<double>(), 1.0, 0.10);
+  const auto [fa2_forward, fa2_backward] = layer("flash");
+  EXPECT_GT(fa2_forward, forward * 1.05);
+  EXPECT_GT(fa2_backward, backward * 1.05);
 }
 
 }  // namespace
