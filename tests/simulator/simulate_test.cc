@@ -491,7 +491,7 @@ TEST(SimulatePublished, DecoderLayersOnH100WithinFifteenPercentOfMeasured) {
 // tests/data/h200/fsdp2_probe.json) with each layer under torch.compile: 6.64 / 13.99 ms.
 // PyTorch 2.11 runs SDPA on cuDNN there (sdpa_probe.json: 0.56 / 0.52 of the BF16 peak):
 // the torch-compile stack with sdpa_backend cudnn is within 10 %; with FlashAttention-2
-// (the SDPA of PyTorch 2.5-2.8) it is slower by the attention alone.
+// (the SDPA of the published torchtitan runs) it is slower by the attention alone.
 TEST(SimulatePublished, CompiledLayerOnH200WithCudnnSdpaWithinTenPercent) {
   std::ifstream in(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h200/fsdp2_probe.json");
   ASSERT_TRUE(in.good());
