@@ -99,37 +99,6 @@ def fsdp2_memory(layers=4, seq=8192, steps=3):
     return record
 
 
-def compiled_layer_times(layers=4, seq=8192, warmup=3, iters=10):
-    torch.manual_seed(0)
-    stack = torch.nn.Sequential(*[Layer() for _ in range(layers)]).cuda().to(torch.bfloat16)
-    for i, layer in enumerate(stack):
-        stack[i] = torch.compile(layer)
-    x = torch.randn(1, seq, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    fwd, bwd = [], []
-    t0 = time.time()
-    for i in range(warmup + iters):
-        s0, s1, s2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        s0.record()
-        out = stack(x)
-        s1.record()
-        out.float().pow(2).mean().backward()
-        s2.record()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            fwd.append(s0.elapsed_time(s1) / 1e3 / layers)
-            bwd.append(s1.elapsed_time(s2) / 1e3 / layers)
-        stack.zero_grad(set_to_none=True)
-        x.grad = None
-    fwd.sort()
-    bwd.sort()
-    del stack, x, out
-    torch.cuda.empty_cache()
-    return {"model": "llama3-8b", "micro_batch": 1, "seq_len": seq, "layers_timed": layers,
-            "compiled": True, "forward_seconds_median": fwd[len(fwd) // 2],
-            "backward_seconds_median": bwd[len(bwd) // 2], "forward_seconds": fwd,
-            "backward_seconds": bwd, "wall_seconds_with_compile": time.time() - t0}
-
-
 def host_link(nbytes=1 << 30, iters=5):
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -163,12 +132,10 @@ def main():
     result["fsdp2_memory"] = fsdp2_memory()
     print("fsdp2", time.time() - t0, flush=True)
     result["host_link"] = host_link()
-    eager = layer_times()
-    eager["compiled"] = False
+    result["layer_times"] = [layer_times()]
     print("eager", time.time() - t0, flush=True)
-    result["layer_times"] = [eager]
     try:
-        result["layer_times"].append(compiled_layer_times())
+        result["layer_times"].append(layer_times(compiled=True))
     except Exception as e:  # a compiler failure must not lose the measurements above
         result["compile_error"] = repr(e)
     print("compiled", time.time() - t0, flush=True)

@@ -94,9 +94,12 @@ class Layer(torch.nn.Module):
 
 
 def layer_times(layers=4, seq=8192, micro_batch=1, dims=(4096, 32, 8, 14336), name="llama3-8b",
-                warmup=3, iters=10):
+                warmup=3, iters=10, compiled=False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[Layer(*dims) for _ in range(layers)]).cuda().to(torch.bfloat16)
+    if compiled:  # each layer on its own, as torchtitan compiles its blocks
+        for i, layer in enumerate(model):
+            model[i] = torch.compile(layer)
     x = torch.randn(micro_batch, seq, dims[0], device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
     fwd, bwd = [], []
@@ -126,6 +129,7 @@ def layer_times(layers=4, seq=8192, micro_batch=1, dims=(4096, 32, 8, 14336), na
         "backward_seconds_median": bwd[len(bwd) // 2],
         "forward_seconds": fwd,
         "backward_seconds": bwd,
+        "compiled": compiled,
         "sdpa_backends": {
             "flash": torch.backends.cuda.flash_sdp_enabled(),
             "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
