@@ -339,6 +339,11 @@ class CpuBackend final : public ExecutorBackend {
       const int64_t e = dtype_bytes(w.buffer->dtype);
       const MPI_Datatype type = element_type(e);
       const uint64_t m = mask(e);
+      // PyTorch FSDP's copy-in: the backward's gradients widened into the reduce input.
+      if (part.cast_source != nullptr) {
+        cast_elements(part.cast_source, part.input_bytes / part.cast_to * part.cast_from,
+                      part.cast_from, part.cast_to, part.input);
+      }
       const std::byte* input = part.input;
       const int64_t input_bytes = part.input_bytes;
       // The expected sums come from every rank's input, gathered apart from the reduction.

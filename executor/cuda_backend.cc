@@ -218,19 +218,22 @@ class CudaBackend final : public ExecutorBackend {
           c.element_bytes = e;
           c.output = part.output;
           c.cast_source = nullptr;
-          c.cast_from = c.cast_to = 0;
-          if (part.cast_from > 0) {
+          c.cast_bytes = 0;
+          if (part.cast_from > 0 && c.kind == kCudaAllGather) {
             c.count = part.output_bytes / p;
             c.input = part.output + me * c.count;
             c.cast_source = part.input;
-            c.cast_from = part.cast_from;
-            c.cast_to = part.cast_to;
+            c.cast_bytes = c.count;  // the slice's bytes: 4 of the cast's 6 per bf16 element
           } else if (c.kind == kCudaAllReduce) {
             c.input = part.output;
             c.count = part.output_bytes / e;
           } else if (!part.in_place) {
             c.input = part.input;
             c.count = (c.kind == kCudaAllGather ? part.input_bytes : part.output_bytes) / e;
+            if (part.cast_source != nullptr) {  // the reduce-scatter's bf16 gradients
+              c.cast_source = part.cast_source;
+              c.cast_bytes = part.input_bytes / part.cast_to * part.cast_from;
+            }
           } else {
             c.count = part.output_bytes / e / p;
             c.input = c.kind == kCudaAllGather ? part.output + me * c.count * e : part.output;

@@ -310,9 +310,9 @@ extern "C" int shardplan_cuda_run(void* context, const ShardplanCudaOp* op,
       // copy of the slice's bytes from the shard stands in for the cast kernel (it moves 4
       // of the cast's 6 bytes per bf16 element; a strided cudaMemcpy2D of each element's
       // top bytes, measured on an H200, crawls at 3 GB/s).
-      if (op->kind == kCudaAllGather && op->cast_from > 0 &&
-          FAILED(cudaMemcpyAsync(op->input, op->cast_source, static_cast<std::size_t>(op->count),
-                                 cudaMemcpyDeviceToDevice, stream)))
+      if (op->cast_bytes > 0 && FAILED(cudaMemcpyAsync(op->input, op->cast_source,
+                                                       static_cast<std::size_t>(op->cast_bytes),
+                                                       cudaMemcpyDeviceToDevice, stream)))
         return 1;
       ncclComm_t comm = c->comms[static_cast<std::size_t>(op->group)];
       if (comm == nullptr) break;  // one rank: nothing to move

@@ -62,13 +62,12 @@ struct ShardplanCudaOp {
   int element_bytes;
   int part;   // an op may take several calls (one per parameter group): the first
   int parts;  // records its start, the last its end
-  // A casting all-gather (PyTorch FSDP's fp32 shard gathered as bf16 or FP8): first the
-  // shard (cast_source, cast_from bytes per element) into `input` (this rank's slice of
-  // `output`, `count` bytes, cast_to bytes per element), then the gather in place.
-  // cast_from 0: none.
+  // PyTorch FSDP's casting copy-ins, before the collective: an all-gather's fp32 shard into
+  // `input` (this rank's slice of `output`), a reduce-scatter's bf16 gradients into its
+  // fp32 `input`. The replay checks no values on the GPU: `cast_bytes` of `cast_source` are
+  // copied to `input` as the cast kernel's stand-in. 0: none.
   const void* cast_source;
-  int cast_from;
-  int cast_to;
+  long long cast_bytes;
 };
 
 // This rank's place in one of the plan's process groups. The plugin makes one NCCL

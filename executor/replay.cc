@@ -60,30 +60,54 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
     }
     return parts;
   }
-  int64_t total_out = 0;
-  for (const BufferSpan& w : writes) total_out += w.bytes;
-  const bool from_transient = op.kind == OpKind::reduce_scatter && reads.size() == 1 &&
-                              !reads[0].buffer->persistent && reads[0].bytes == total_out * p;
-  int64_t offset = 0;
+  // PyTorch FSDP's reduce-scatter copy-in: the op first casts the backward's gradients
+  // (its read, param_dtype) into a reduce_dtype input it writes (role unsharded_grad).
+  const BufferSpan* staged = nullptr;
+  std::vector<BufferSpan> targets;
   for (const BufferSpan& w : writes) {
+    if (op.kind == OpKind::reduce_scatter && w.buffer->role == BufferRole::unsharded_grad) {
+      staged = &w;
+    } else {
+      targets.push_back(w);
+    }
+  }
+  int64_t total_out = 0;
+  for (const BufferSpan& w : targets) total_out += w.bytes;
+  const BufferSpan* input = staged != nullptr ? staged : reads.empty() ? nullptr : &reads[0];
+  const bool from_transient = op.kind == OpKind::reduce_scatter && reads.size() == 1 &&
+                              !input->buffer->persistent && input->bytes == total_out * p;
+  const int from = reads.empty() ? 0 : static_cast<int>(dtype_bytes(reads[0].buffer->dtype));
+  const int to = input == nullptr ? 0 : static_cast<int>(dtype_bytes(input->buffer->dtype));
+  const bool cast = from_transient && staged != nullptr && from != to;
+  int64_t offset = 0;
+  for (const BufferSpan& w : targets) {
     if (!from_transient) {
       in_place(w);
       continue;
     }
     parts.push_back({.target = w,
                      .source = reads[0],
-                     .input = reads[0].data + offset,
+                     .input = input->data + offset,
                      .input_bytes = w.bytes * p,
                      .output = w.data,
-                     .output_bytes = w.bytes});
+                     .output_bytes = w.bytes,
+                     .cast_from = cast ? from : 0,
+                     .cast_to = cast ? to : 0,
+                     .cast_source = cast ? reads[0].data + offset / to * from : nullptr});
     offset += w.bytes * p;
   }
   return parts;
 }
 
 void cast_elements(const std::byte* in, int64_t in_bytes, int from, int to, std::byte* out) {
-  for (int64_t i = 0, o = 0; i + from <= in_bytes; i += from, o += to)
-    std::memcpy(out + o, in + i + (from - to), static_cast<std::size_t>(to));
+  for (int64_t i = 0, o = 0; i + from <= in_bytes; i += from, o += to) {
+    if (to <= from) {
+      std::memcpy(out + o, in + i + (from - to), static_cast<std::size_t>(to));
+    } else {  // the element's bytes on top, zeros below: bf16 to fp32 exactly
+      std::memset(out + o, 0, static_cast<std::size_t>(to - from));
+      std::memcpy(out + o + (to - from), in + i, static_cast<std::size_t>(from));
+    }
+  }
 }
 
 bool is_model_parallel(const PlanOp& op, const std::vector<BufferSpan>& writes) {

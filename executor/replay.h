@@ -51,6 +51,9 @@ struct BufferSpan {
 // of `output` (output_bytes ÷ ranks) and gathers in place there, as FSDP2's copy-in does.
 // The CPU replay's cast keeps each element's top cast_to bytes (bf16 is fp32's top half),
 // and checks them; the CUDA replay, which checks no values, copies the slice's bytes.
+// A casting reduce-scatter (PyTorch FSDP's copy-in of bf16 gradients into an fp32 input)
+// has `cast_source` (the gradients, cast_from bytes each) and `input` (the fp32 region it
+// writes first, cast_to bytes each): widening puts each element's bytes on top, zeros below.
 struct CollectivePart {
   BufferSpan target;  // the written buffer
   BufferSpan source;  // the read buffer the input comes from (the target in place)
@@ -61,8 +64,10 @@ struct CollectivePart {
   bool in_place = false;
   int cast_from = 0;  // element bytes of `input` when the gather casts; 0: no cast
   int cast_to = 0;    // element bytes of `output` when the gather casts
+  const std::byte* cast_source = nullptr;  // a casting reduce-scatter's gradients
 };
-// The top `to` bytes of each `from`-byte element of `in` (`in_bytes`) into `out`.
+// Each `from`-byte element of `in` (`in_bytes`) as a `to`-byte one into `out`: narrowing
+// keeps its top `to` bytes, widening puts its bytes on top of zeros.
 void cast_elements(const std::byte* in, int64_t in_bytes, int from, int to, std::byte* out);
 std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
                                              const std::vector<BufferSpan>& reads,

@@ -130,6 +130,10 @@ class ScheduleBuilder {
       }
     }
     double_buffered_ = c_.double_buffer && !double_buffers_.empty();
+    // PyTorch FSDP computes gradients in param_dtype and casts them into a reduce_dtype
+    // reduce-scatter input when it reduces (FSDP2's foreach_reduce copy-in).
+    cast_grads_ = torch_fsdp_layout(c_) && !double_buffered_ &&
+                  dtype_bytes(c_.param_dtype) < dtype_bytes(c_.grad_reduce_dtype);
     // The root unit is gathered when it has parameters and work of its own: a captured
     // model's root may hold nothing outside its units (nn.TransformerEncoder).
     gather_root_ = s_.shard_params && unsharded_bytes(0, 1.0, false) > 0 &&
@@ -198,6 +202,7 @@ class ScheduleBuilder {
   std::vector<int64_t> layers_;
   std::vector<int64_t> layer_segments_;  // the segment of each layer unit, forward order
   bool double_buffered_ = false;
+  bool cast_grads_ = false;
   bool gather_root_ = false;
   std::vector<int64_t> last_reduce_;      // final reduction op per unit
   std::vector<int64_t> next_start_deps_;  // what the next micro-batch (or the step) waits for
@@ -423,6 +428,15 @@ void ScheduleBuilder::reduce(int64_t unit, std::vector<int64_t> deps) {
   const bool all_reduce = s_.all_reduce_grads;
   std::vector<int64_t> reads =
       s_.shard_grads ? std::vector<int64_t>{state_.unsharded_grad[u]} : units_[u].main_grads;
+  std::vector<int64_t> writes = units_[u].main_grads;
+  if (cast_grads_ && s_.shard_grads) {
+    // The reduce-scatter's input, written by its copy-in and held until it ends.
+    writes.insert(
+        writes.begin(),
+        emit_.transient(BufferRole::unsharded_grad, unit, mb_, c_.grad_reduce_dtype,
+                        unsharded_bytes(unit, grad_bytes_, true),
+                        fmt::format("reduce_input {} mb{}", unit_label(plan_, unit), mb_)));
+  }
   const int64_t id = emit_.op(PlanOp{
       .stream = c_.async_reduce ? Stream::rs : Stream::compute,
       .kind = all_reduce ? OpKind::all_reduce : OpKind::reduce_scatter,
@@ -433,7 +447,7 @@ void ScheduleBuilder::reduce(int64_t unit, std::vector<int64_t> deps) {
       .group = shard_group_,
       .deps = std::move(deps),
       .reads = std::move(reads),
-      .writes = units_[u].main_grads});
+      .writes = std::move(writes)});
   state_.reduce[u] = id;
   last_reduce_[u] = id;
   if (s_.hsdp && mb_ == c_.grad_accum - 1) reduce_outer(unit, id);
@@ -518,8 +532,12 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
           double_buffered_ && layer
               ? double_buffer_for(num_layers() - 1 - position, true)
               : emit_.transient(
-                    BufferRole::unsharded_grad, seg.unit, mb_, c_.grad_reduce_dtype,
-                    unsharded_bytes(seg.unit, grad_bytes_, true),
+                    BufferRole::unsharded_grad, seg.unit, mb_,
+                    cast_grads_ ? c_.param_dtype : c_.grad_reduce_dtype,
+                    unsharded_bytes(seg.unit,
+                                    cast_grads_ ? static_cast<double>(dtype_bytes(c_.param_dtype))
+                                                : grad_bytes_,
+                                    true),
                     fmt::format("unsharded_grad {} mb{}", unit_label(plan_, seg.unit), mb_));
     }
     writes.push_back(state_.unsharded_grad[u]);
@@ -556,7 +574,11 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
              num_layers() - 1 - next_gather, deps);
     }
   };
-  gather_triggered_by(-1, {state_.last_forward});
+  // Megatron-FSDP gathers the first backward layers when the forward ends; PyTorch FSDP
+  // unshards a layer in its pre-backward hook (prefetching the next), after the loss and
+  // the output layer's backward (measured on an H200: tests/data/h200/fsdp2_memory_curve).
+  const bool gather_at_first_layer = torch_fsdp_layout(c_);
+  if (!gather_at_first_layer) gather_triggered_by(-1, {state_.last_forward});
   int64_t position = 0;
   int64_t last_backward = -1;
   std::vector<int64_t> reduce_by_position;  // reduce op per backward position
@@ -567,6 +589,9 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
     const int64_t previous = num_layers() - 2 - position;  // forward index of the layer before
     if (seg.unit != 0 && previous >= 0 && previous < c_.offload_activations) {
       reload_layer(previous, last_backward >= 0 ? last_backward : state_.last_forward);
+    }
+    if (gather_at_first_layer && seg.unit != 0 && position == 0) {
+      gather_triggered_by(-1, {last_backward >= 0 ? last_backward : state_.last_forward});
     }
     last_backward = emit_backward_of(seg, position, last_backward, reduce_by_position);
     if (seg.unit == 0) continue;
