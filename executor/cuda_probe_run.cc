@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -132,21 +131,20 @@ nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& o,
   for (std::size_t g = 0; g < groups.size() && ranks > 1; ++g) {
     const int n = g == 0 ? ranks : per_node;
     if (n < 2) continue;
-    for (const auto& [name, kind] : {std::pair{"all_gather", kCudaAllGather},
-                                     {"reduce_scatter", kCudaReduceScatter},
-                                     {"all_reduce", kCudaAllReduce},
-                                     {"all_to_all", kCudaAllToAll},
-                                     {"send_recv", kCudaSendRecv}}) {
+    for (const std::string name : kProbeCollectives) {
+      const int kind = name == "all_gather"       ? kCudaAllGather
+                       : name == "reduce_scatter" ? kCudaReduceScatter
+                       : name == "all_reduce"     ? kCudaAllReduce
+                       : name == "all_to_all"     ? kCudaAllToAll
+                                                  : kCudaSendRecv;
       nlohmann::json rows = nlohmann::json::array();
       for (double size = o.min_bytes; size <= o.max_bytes; size *= 2) {
-        // nccl-tests' sizes: float elements, whole per rank.
-        const long long unit = 4LL * n;
-        const long long bytes = std::max(unit, static_cast<long long>(size) / unit * unit);
+        const long long bytes = probe_message_bytes(size, n);
         ShardplanCudaOp op{};
         op.kind = kind;
         op.stream = 1;
         op.group = static_cast<int>(g);
-        op.name = name;
+        op.name = name.c_str();
         op.input = in;
         op.output = out;
         op.element_bytes = 4;
@@ -169,11 +167,7 @@ nlohmann::json run_cuda_probe(MPI_Comm world, const ProbeOptions& o,
         MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, world);
         rows.push_back({{"bytes", static_cast<double>(bytes)}, {"seconds", seconds}});
       }
-      collectives.push_back({{"op", name},
-                             {"group", g == 0 ? "world" : "node"},
-                             {"ranks", n},
-                             {"ranks_per_node", std::min(n, most)},
-                             {"rows", rows}});
+      collectives.push_back(probe_table(name, g == 0 ? "world" : "node", n, most, std::move(rows)));
     }
   }
   // This rank's GPU alone: bf16 GEMMs and device copies.

@@ -37,13 +37,10 @@ nlohmann::json probe_group(MPI_Comm comm, int ranks_per_node, const std::string&
   int n = 1;
   MPI_Comm_size(comm, &n);
   nlohmann::json tables = nlohmann::json::array();
-  for (const std::string op :
-       {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv"}) {
+  for (const std::string op : kProbeCollectives) {
     nlohmann::json rows = nlohmann::json::array();
     for (double size = o.min_bytes; size <= o.max_bytes; size *= 2) {
-      // Whole floats per rank, as nccl-tests rounds its counts.
-      const auto unit = static_cast<int64_t>(4 * n);
-      const int64_t bytes = std::max<int64_t>(unit, static_cast<int64_t>(size) / unit * unit);
+      const int64_t bytes = probe_message_bytes(size, n);
       std::vector<char> in(static_cast<std::size_t>(bytes), 1);
       std::vector<char> out(static_cast<std::size_t>(bytes), 0);
       for (int i = 0; i < o.warmup; ++i) run_once(op, comm, in, out, bytes);
@@ -54,16 +51,26 @@ nlohmann::json probe_group(MPI_Comm comm, int ranks_per_node, const std::string&
       MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
       rows.push_back({{"bytes", static_cast<double>(bytes)}, {"seconds", seconds}});
     }
-    tables.push_back({{"op", op},
-                      {"group", group},
-                      {"ranks", n},
-                      {"ranks_per_node", std::min(n, ranks_per_node)},
-                      {"rows", rows}});
+    tables.push_back(probe_table(op, group, n, ranks_per_node, std::move(rows)));
   }
   return tables;
 }
 
 }  // namespace
+
+int64_t probe_message_bytes(double size, int ranks) {
+  const auto unit = static_cast<int64_t>(4) * ranks;
+  return std::max<int64_t>(unit, static_cast<int64_t>(size) / unit * unit);
+}
+
+nlohmann::json probe_table(const std::string& op, const std::string& group, int ranks,
+                           int ranks_per_node, nlohmann::json rows) {
+  return {{"op", op},
+          {"group", group},
+          {"ranks", ranks},
+          {"ranks_per_node", std::min(ranks, ranks_per_node)},
+          {"rows", std::move(rows)}};
+}
 
 nlohmann::json run_cpu_probe(MPI_Comm world, const ProbeOptions& options) {
   int rank = 0, ranks = 1;

@@ -2,13 +2,27 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "models/module_cost.h"
 
 namespace shardplan {
+
+// The collectives a probe measures, in its file's order (send_recv: a ring shift).
+inline constexpr std::array<const char*, 5> kProbeCollectives = {
+    "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv"};
+
+// nccl-tests' message size for a requested `size` over `ranks`: whole floats per rank, at
+// least one each.
+int64_t probe_message_bytes(double size, int ranks);
+
+// One collective's table in the probe file (docs/formats.md "probe.json").
+nlohmann::json probe_table(const std::string& op, const std::string& group, int ranks,
+                           int ranks_per_node, nlohmann::json rows);
 
 struct ProbeOptions {
   double min_bytes = 1024;
