@@ -20,6 +20,14 @@ double measured_step(const std::string& file) {
   return nlohmann::json::parse(in).at("summary").at("step_seconds").get<double>();
 }
 
+// A plan of the cut-down Llama 3 8B: `layers` from its model file, then `--set` fields.
+std::vector<std::string> job(int layers, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"--model",
+                                   kData + "llama3-8b-" + std::to_string(layers) + "layers.json"};
+  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+  return args;
+}
+
 double predicted_step(const std::string& cluster, const std::vector<std::string>& config) {
   std::vector<std::string> args = {"simulate", "--cluster", cluster, "--gpus", "1", "--json"};
   args.insert(args.end(), config.begin(), config.end());
@@ -41,11 +49,8 @@ TEST(CalibrateH200, ProbeAndOneReplayPredictAnotherPlanWithinFivePercent) {
   EXPECT_GT(gemm, 0.7);
   EXPECT_LT(gemm, 0.95);
   // Plan b: 8 layers, 2 × 4096 tokens, selective recompute; 346.6 ms measured.
-  const std::vector<std::string> b = {"--model", kData + "llama3-8b-8layers.json",
-                                      "--set",   "seq_len=4096",
-                                      "--set",   "micro_batch=2",
-                                      "--set",   "grad_accum=2",
-                                      "--set",   "recompute=selective"};
+  const std::vector<std::string> b =
+      job(8, {"seq_len=4096", "micro_batch=2", "grad_accum=2", "recompute=selective"});
   const double measured = measured_step("measured_b.json");
   const double before = predicted_step("dgx-h200", b) / measured - 1;
   const double after = predicted_step(out, b) / measured - 1;
@@ -59,11 +64,8 @@ TEST(CalibrateH200, ProbeAloneMovesTheReplayCloser) {
   const auto r = run_shardplan(
       {"calibrate", "--cluster", "dgx-h200", "--probe", kData + "probe.json", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::vector<std::string> a = {"--model", kData + "llama3-8b-4layers.json",
-                                      "--set",   "seq_len=8192",
-                                      "--set",   "micro_batch=1",
-                                      "--set",   "grad_accum=2",
-                                      "--set",   "sharding_strategy=optim_grads_params"};
+  const std::vector<std::string> a = job(
+      4, {"seq_len=8192", "micro_batch=1", "grad_accum=2", "sharding_strategy=optim_grads_params"});
   const double measured = measured_step("measured_a.json");
   EXPECT_LT(std::abs(predicted_step(out, a) / measured - 1),
             std::abs(predicted_step("dgx-h200", a) / measured - 1));

@@ -17,15 +17,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fsdp2_probe import VOCAB, Model  # noqa: E402
+from fsdp2_probe import VOCAB, Model, single_rank  # noqa: E402
 
 
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29512")
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    single_rank(29512)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     cuda = torch.cuda

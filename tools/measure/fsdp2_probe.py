@@ -119,12 +119,17 @@ def host_link(nbytes=1 << 30, iters=5):
     return out
 
 
+def single_rank(port):
+    """A one-rank NCCL process group, what fully_shard needs on one GPU."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    single_rank(29511)
     t0 = time.time()
     info = {"torch": torch.__version__, "cuda": torch.version.cuda,
             "device": torch.cuda.get_device_name()}
