@@ -2,7 +2,8 @@
 """FSDP2's memory through one training step, module by module, on one GPU: the model,
 sharding and mixed precision of fsdp2_probe.py (a 4-layer Llama 3 8B under fully_shard with
 torchtitan's MixedPrecisionPolicy, fused AdamW as torchtitan configures it), with hooks
-recording memory_allocated (and the peak since the previous point) before and after each
+recording memory_allocated and memory_reserved (and their peaks since the previous
+point) before and after each
 module's forward and backward, around the loss, and around the optimizer step. Step 3's
 curve is the steady state, to hold against the plan's memory timeline.
 
@@ -40,7 +41,9 @@ def main():
     def point(label):
         cuda.synchronize()
         curve.append({"at": label, "allocated": cuda.memory_allocated() - base,
-                      "peak_since_last": cuda.max_memory_allocated() - base})
+                      "peak_since_last": cuda.max_memory_allocated() - base,
+                      "reserved": cuda.memory_reserved(),
+                      "peak_reserved_since_last": cuda.max_memory_reserved()})
         cuda.reset_peak_memory_stats()
 
     named = [("embed", model.embed)] + [(f"layers.{i}", l) for i, l in enumerate(model.layers)]
@@ -74,7 +77,8 @@ def main():
     with open(os.path.join(out, "fsdp2_memory_curve.json"), "w") as f:
         json.dump(result, f, indent=1)
     for p in steps[-1]:
-        print(f"{p['at']:28s} {p['allocated'] / 1e9:8.3f} {p['peak_since_last'] / 1e9:8.3f}")
+        print(f"{p['at']:28s} {p['allocated'] / 1e9:8.3f} {p['peak_since_last'] / 1e9:8.3f}"
+              f" {p['reserved'] / 1e9:8.3f} {p['peak_reserved_since_last'] / 1e9:8.3f}")
     dist.destroy_process_group()
 
 
