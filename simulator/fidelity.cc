@@ -139,11 +139,14 @@ std::vector<FidelityRow> evaluate_published_runs(const std::vector<PublishedRun>
     row.predicted_tokens_per_second_per_gpu = t.summary.tokens_per_second_per_gpu;
     row.predicted_mfu = t.summary.mfu;
     row.fits = t.summary.fits;
-    double bytes = static_cast<double>(t.summary.peak_reserved_bytes);
-    if (run.memory_kind == MeasuredMemory::allocated)
-      bytes = static_cast<double>(t.summary.peak_allocated_bytes);
-    if (run.memory_kind == MeasuredMemory::device)
-      bytes += static_cast<double>(run.cluster.non_tensor_bytes);
+    // The simulator's peaks count the cluster's non-tensor bytes (CUDA context, NCCL,
+    // cuBLAS); PyTorch's max_memory_reserved and max_memory_allocated do not, nvidia-smi
+    // does.
+    double bytes = static_cast<double>(run.memory_kind == MeasuredMemory::allocated
+                                           ? t.summary.peak_allocated_bytes
+                                           : t.summary.peak_reserved_bytes);
+    if (run.memory_kind != MeasuredMemory::device)
+      bytes -= static_cast<double>(run.cluster.non_tensor_bytes);
     row.predicted_memory_gib = bytes / kGiB;
     row.tokens_error = row.predicted_tokens_per_second_per_gpu / run.tokens_per_second_per_gpu - 1;
     if (run.memory_gib) row.memory_error = row.predicted_memory_gib / *run.memory_gib - 1;
