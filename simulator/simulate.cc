@@ -170,6 +170,15 @@ void simulate_memory(const Plan& plan, Timeline& t) {
   const auto num_buffers = plan.buffers.size();
   const bool caching = plan.config.allocator != Allocator::pool;
   CachingAllocator allocator(plan.config.allocator == Allocator::expandable);
+  // PyTorch's caching allocator reuses a freed block only for the stream it was allocated
+  // on. FSDP2 allocates the reduce-scatter's output, which becomes the sharded gradient, on
+  // its reduce-scatter stream (foreach_reduce): the gradients take their own segments,
+  // which the compute stream's activations never reuse.
+  CachingAllocator rs_pool(plan.config.allocator == Allocator::expandable);
+  const bool torch_layout = torch_fsdp_layout(plan.config);
+  auto pool_of = [&](const PlanBuffer& b) -> CachingAllocator& {
+    return torch_layout && b.role == BufferRole::main_grad ? rs_pool : allocator;
+  };
   std::vector<int64_t> handle(num_buffers, -1);
   int64_t persistent = 0;
   std::vector<MemoryEvent> events;
@@ -197,8 +206,8 @@ void simulate_memory(const Plan& plan, Timeline& t) {
   auto sample = [&](double time) {
     MemorySample s{.time = time};
     if (caching) {
-      s.allocated = base + allocator.allocated();
-      s.reserved = base + allocator.reserved();
+      s.allocated = base + allocator.allocated() + rs_pool.allocated();
+      s.reserved = base + allocator.reserved() + rs_pool.reserved();
     } else {
       s.allocated = base + persistent + live;
       s.reserved = base + persistent + plan.pool.size_bytes;
@@ -217,10 +226,10 @@ void simulate_memory(const Plan& plan, Timeline& t) {
     const auto bi = static_cast<std::size_t>(e.buffer);
     if (e.order == MemoryEvent::allocate) {
       live += b.bytes;
-      if (caching) handle[bi] = allocator.allocate(b.bytes);
+      if (caching) handle[bi] = pool_of(b).allocate(b.bytes);
     } else {
       live -= b.bytes;
-      if (caching) allocator.free(handle[bi]);
+      if (caching) pool_of(b).free(handle[bi]);
     }
     // A sample per time: the allocations at that time come after its frees, so the last
     // state at a time is its highest.
