@@ -172,7 +172,9 @@ void simulate_memory(const Plan& plan, Timeline& t) {
   CachingAllocator allocator(plan.config.allocator == Allocator::expandable);
   // PyTorch's caching allocator reuses a freed block only for the stream it was allocated
   // on. FSDP2 allocates the reduce-scatter's output, which becomes the sharded gradient, on
-  // its reduce-scatter stream (foreach_reduce): the gradients take their own segments,
+  // its reduce-scatter stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+  // foreach_reduce: `reduce_output` under `with device_handle.stream(reduce_scatter_stream)`;
+  // the copy-in input is the compute stream's): the gradients take their own segments,
   // which the compute stream's activations never reuse.
   CachingAllocator rs_pool(plan.config.allocator == Allocator::expandable);
   const bool torch_layout = torch_fsdp_layout(plan.config);
