@@ -46,6 +46,8 @@ struct BatchShape {
   int64_t context_parallel = 1;  // ranks each sequence is split over
   bool fp8 = false;              // FP8 GEMMs: their inputs cross the tp ranks as 1-byte elements
   Stack stack = Stack::megatron_te;
+  // Eager PyTorch runs RMSNorm as one fused kernel (2.8 and later), not aten's composite.
+  bool fused_rms_norm = true;
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }

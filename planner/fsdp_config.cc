@@ -166,7 +166,8 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "stack",
                                                 "optimizer",
                                                 "offload_activations",
-                                                "sdpa_backend"};
+                                                "sdpa_backend",
+                                                "fused_rms_norm"};
   return keys;
 }
 
@@ -362,6 +363,12 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.offload_activations =
       r.integer_in_or("offload_activations", 0, kMaxDepth, c.offload_activations);
   c.sdpa_backend = parse_enum(r, "sdpa_backend", kSdpaBackends, c.sdpa_backend);
+  c.fused_rms_norm = r.boolean_or("fused_rms_norm", c.fused_rms_norm);
+  if (r.has("fused_rms_norm") && c.stack != Stack::torch_eager) {
+    r.fail("fused_rms_norm",
+           "picks eager PyTorch's RMSNorm kernel; it matters on stack torch-eager only "
+           "(Transformer Engine and torch.compile fuse the norm)");
+  }
   if (r.has("sdpa_backend") && c.stack == Stack::megatron_te) {
     r.fail("sdpa_backend",
            "picks PyTorch's attention kernel on the torch stacks; Transformer Engine (stack "
@@ -415,6 +422,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["optimizer"] = optimizer_name(c.optimizer);
   if (c.offload_activations > 0) j["offload_activations"] = c.offload_activations;
   if (c.stack != Stack::megatron_te) j["sdpa_backend"] = sdpa_backend_name(c.sdpa_backend);
+  if (c.stack == Stack::torch_eager) j["fused_rms_norm"] = c.fused_rms_norm;
   return j;
 }
 

@@ -34,7 +34,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .activation_bytes = dtype_bytes(c.param_dtype),
                     .context_parallel = c.cp,
                     .fp8 = fp8_compute(c),
-                    .stack = c.stack};
+                    .stack = c.stack,
+                    .fused_rms_norm = c.fused_rms_norm};
 }
 
 }  // namespace shardplan

@@ -204,7 +204,11 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     double io_elements = 0;
     const bool eager = shape.stack == Stack::torch_eager;
     for_each_module(*t.module, [&](const Module& m) {
-      const double extra = eager ? m.cost.eager_extra_io_elements_per_token : 0.0;
+      const double extra =
+          eager
+              ? m.cost.eager_extra_io_elements_per_token -
+                    (shape.fused_rms_norm ? m.cost.eager_composite_norm_io_elements_per_token : 0.0)
+              : 0.0;
       io_elements += (m.cost.fwd_io_elements_per_token + extra) * m.cost.token_fraction;
     });
     s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);

@@ -80,7 +80,8 @@ TEST(FsdpConfig, RoundTripsThroughJson) {
                    {"optimizer", "sgd"},
                    {"stack", "torch-eager"},
                    {"sdpa_backend", "flash"},
-                   {"offload_activations", 3}};
+                   {"offload_activations", 3},
+                   {"fused_rms_norm", false}};
   const FsdpConfig c = fsdp_config_from_json(in, "cfg");
   EXPECT_EQ(fsdp_config_to_json(c), in);
   EXPECT_EQ(fsdp_config_to_json(fsdp_config_from_json(fsdp_config_to_json(c), "again")), in);
