@@ -83,7 +83,7 @@ struct ModuleCost {
   // ones' fwd_io_elements_per_token (norms in fp32 pieces, RoPE through complex fp32,
   // SiLU and its product apart, residual adds on their own).
   double eager_extra_io_elements_per_token = 0;
-  // The part of it a composite RMSNorm moves and a fused one (PyTorch 2.8+) does not.
+  // The part of it a composite RMSNorm moves and a fused one (recent PyTorch) does not.
   double eager_composite_norm_io_elements_per_token = 0;
   Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
   Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks

@@ -46,7 +46,8 @@ struct BatchShape {
   int64_t context_parallel = 1;  // ranks each sequence is split over
   bool fp8 = false;              // FP8 GEMMs: their inputs cross the tp ranks as 1-byte elements
   Stack stack = Stack::megatron_te;
-  // Eager PyTorch runs RMSNorm as one fused kernel (2.8 and later), not aten's composite.
+  // Eager PyTorch runs RMSNorm as one fused kernel (since pytorch/pytorch#153666), not the
+  // composite.
   bool fused_rms_norm = true;
 
   // Tokens this rank holds.

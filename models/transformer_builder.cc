@@ -144,8 +144,8 @@ Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
   // fused norm moves 4: 16 more bf16 elements per hidden element. LayerNorm has aten's own
   // fused kernel (native_layer_norm) in eager too. The residual add before either is its
   // own kernel (read 2 × 2, write 2 bytes), which fused stacks fold into the norm: 3 more.
-  // PyTorch 2.8 fused F.rms_norm into one kernel (pytorch/pytorch#153666; one forward and
-  // two backward kernels in 2.11, tests/data/h200/sdpa_probe.json): then only the 3.
+  // PyTorch then fused F.rms_norm into one kernel (pytorch/pytorch#153666, May 2025; one forward
+  // and two backward kernels in 2.11, tests/data/h200/sdpa_probe.json): then only the 3.
   m.cost.eager_extra_io_elements_per_token = (layernorm ? 3.0 : 19.0) * d(a.hidden_size) / r.seq;
   m.cost.eager_composite_norm_io_elements_per_token =
       layernorm ? 0.0 : 16.0 * d(a.hidden_size) / r.seq;

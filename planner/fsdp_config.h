@@ -81,7 +81,7 @@ struct FsdpConfig {
   int64_t offload_activations = 0;
   // torch stacks: which SDPA kernel runs attention (docs/model.md "Software stacks").
   SdpaBackend sdpa_backend = SdpaBackend::cudnn;
-  // torch-eager: RMSNorm as PyTorch 2.8+'s one fused kernel, or aten's composite (earlier).
+  // torch-eager: RMSNorm as recent PyTorch's one fused kernel, or aten's composite (earlier).
   bool fused_rms_norm = true;
 };
 

@@ -555,7 +555,7 @@ namespace {
 // residual adds 2 × 19h, RoPE on q and k through complex fp32 8·(h + kv), SiLU and its
 // product apart 2·F = 225 280 more bf16 elements per token than a fused stack moves; a
 // LayerNorm model (MPT) pays only the residual adds (aten's layer_norm is one kernel), as
-// does an RMSNorm model on PyTorch 2.8+ (fused_rms_norm).
+// does an RMSNorm model on recent PyTorch (fused_rms_norm).
 TEST(EagerTraffic, LlamaLayerMovesWhatItsKernelsReadAndWrite) {
   const ModelSpec model = load_model("llama3-8b");
   const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 8);
@@ -576,7 +576,7 @@ TEST(EagerTraffic, LlamaLayerMovesWhatItsKernelsReadAndWrite) {
   EXPECT_DOUBLE_EQ(layer_io(model, Stack::torch_eager) - layer_io(model, Stack::torch_compile),
                    extra * tokens * 2);
   EXPECT_DOUBLE_EQ(layer_io(model, Stack::torch_compile), layer_io(model, Stack::megatron_te));
-  // PyTorch 2.8+'s fused F.rms_norm: the norms' 16 h go, their residual adds' 3 h stay.
+  // Recent PyTorch fuses F.rms_norm: the norms' 16 h go, their residual adds' 3 h stay.
   const double fused_extra = 2 * 3 * 4096.0 + 8 * (4096.0 + 1024.0) + 2 * 14336.0;
   EXPECT_DOUBLE_EQ(
       layer_io(model, Stack::torch_eager, true) - layer_io(model, Stack::torch_compile),
