@@ -112,6 +112,7 @@ class ScheduleBuilder {
       : plan_(plan),
         c_(plan.config),
         s_(sharding_traits(plan.config)),
+        torch_layout_(torch_fsdp_layout(plan.config)),
         emit_(plan),
         shard_group_(find_process_group(plan, "dp_shard_cp")),
         outer_group_(find_process_group(plan, "dp_outer")),
@@ -132,7 +133,7 @@ class ScheduleBuilder {
     double_buffered_ = c_.double_buffer && !double_buffers_.empty();
     // PyTorch FSDP computes gradients in param_dtype and casts them into a reduce_dtype
     // reduce-scatter input when it reduces (FSDP2's foreach_reduce copy-in).
-    cast_grads_ = torch_fsdp_layout(c_) && !double_buffered_ &&
+    cast_grads_ = torch_layout_ && !double_buffered_ &&
                   dtype_bytes(c_.param_dtype) < dtype_bytes(c_.grad_reduce_dtype);
     // The root unit is gathered when it has parameters and work of its own: a captured
     // model's root may hold nothing outside its units (nn.TransformerEncoder).
@@ -194,6 +195,7 @@ class ScheduleBuilder {
   Plan& plan_;
   const FsdpConfig& c_;
   const ShardingTraits s_;
+  const bool torch_layout_;  // PyTorch FSDP's parameter layout (fsdp_config.h)
   Emitter emit_;
   const int64_t shard_group_, outer_group_, tp_group_, cp_group_;
   const double gather_bytes_, grad_bytes_;
@@ -577,8 +579,7 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
   // Megatron-FSDP gathers the first backward layers when the forward ends; PyTorch FSDP
   // unshards a layer in its pre-backward hook (prefetching the next), after the loss and
   // the output layer's backward (measured on an H200: tests/data/h200/fsdp2_memory_curve).
-  const bool gather_at_first_layer = torch_fsdp_layout(c_);
-  if (!gather_at_first_layer) gather_triggered_by(-1, {state_.last_forward});
+  if (!torch_layout_) gather_triggered_by(-1, {state_.last_forward});
   int64_t position = 0;
   int64_t last_backward = -1;
   std::vector<int64_t> reduce_by_position;  // reduce op per backward position
@@ -590,7 +591,7 @@ void ScheduleBuilder::emit_backward(int64_t mb) {
     if (seg.unit != 0 && previous >= 0 && previous < c_.offload_activations) {
       reload_layer(previous, last_backward >= 0 ? last_backward : state_.last_forward);
     }
-    if (gather_at_first_layer && seg.unit != 0 && position == 0) {
+    if (torch_layout_ && seg.unit != 0 && position == 0) {
       gather_triggered_by(-1, {last_backward >= 0 ? last_backward : state_.last_forward});
     }
     last_backward = emit_backward_of(seg, position, last_backward, reduce_by_position);
@@ -630,12 +631,11 @@ void ScheduleBuilder::emit_optimizer_step() {
     writes.insert(writes.end(), unit.weights.begin(), unit.weights.end());
   }
   // PyTorch FSDP steps the sharded parameters themselves (the main weights).
-  const bool torch_layout = torch_fsdp_layout(c_);
   double optimizer_bytes = 0;
   for (const PlanBuffer& b : plan_.buffers) {
     const bool stepped = b.role == BufferRole::main_weight ||
                          b.role == BufferRole::optimizer_state ||
-                         (torch_layout && b.role == BufferRole::model_weight);
+                         (torch_layout_ && b.role == BufferRole::model_weight);
     if ((b.persistent && stepped) || b.role == BufferRole::main_grad) {
       optimizer_bytes += 2.0 * static_cast<double>(b.bytes);  // read and write back
     }

@@ -2,6 +2,7 @@
 // committed table no longer says what the simulator predicts, so the table stays true.
 #include "simulator/fidelity.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,6 +13,8 @@
 
 #include "models/atomic_file.h"
 #include "models/error.h"
+#include "planner/plan_builder.h"
+#include "simulator/simulate.h"
 
 namespace shardplan {
 namespace {
@@ -101,6 +104,36 @@ TEST(Fidelity, ARowIsTheSimulationOfItsConfig) {
   const std::string md = fidelity_markdown(rows, "runs.json");
   EXPECT_NE(md.find("| `a` |"), std::string::npos);
   EXPECT_NE(md.find("(allocated)"), std::string::npos);
+}
+
+// Each memory kind compares like with like: the simulator's peaks include the cluster's
+// non-tensor bytes, which PyTorch's max_memory_allocated/reserved do not and nvidia-smi
+// does.
+TEST(Fidelity, MemoryKindsCountTheNonTensorBytesOnlyOnTheDevice) {
+  std::string runs_json = R"({"version": 1, "runs": [)";
+  for (const char* kind : {"allocated", "reserved", "device"}) {
+    runs_json += fmt::format(
+        R"({}{{"id": "{}", "source": "hand", "stack": "megatron-te", "gpu": "H100",
+            "model": "tiny", "cluster": "dgx-h100", "gpus": 8, "config": {{"seq_len": 512}},
+            "measured": {{"tokens_per_second_per_gpu": 1000, "memory_gib": 2,
+                         "memory_kind": "{}"}}}})",
+        kind[0] == 'a' ? "" : ",", kind, kind);
+  }
+  runs_json += "]}";
+  const std::vector<PublishedRun> runs =
+      load_published_runs(write_runs("fidelity_kinds.json", runs_json));
+  ASSERT_EQ(runs.size(), 3u);
+  const std::vector<FidelityRow> rows = evaluate_published_runs(runs);
+  const Timeline t =
+      simulate(build_plan(runs[0].model, runs[0].cluster, runs[0].config), runs[0].cluster);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double non_tensor = static_cast<double>(runs[0].cluster.non_tensor_bytes);
+  EXPECT_NEAR(rows[0].predicted_memory_gib * gib,
+              static_cast<double>(t.summary.peak_allocated_bytes) - non_tensor, 1.0);
+  EXPECT_NEAR(rows[1].predicted_memory_gib * gib,
+              static_cast<double>(t.summary.peak_reserved_bytes) - non_tensor, 1.0);
+  EXPECT_NEAR(rows[2].predicted_memory_gib * gib,
+              static_cast<double>(t.summary.peak_reserved_bytes), 1.0);
 }
 
 TEST(Fidelity, RunsFileErrorsNameTheField) {
