@@ -131,6 +131,7 @@ class CpuBackend final : public ExecutorBackend {
   void begin_step(int step) override {
     step_ = step;
     written_.clear();
+    accumulated_through_.clear();
     // Each step accumulates its gradients from zero (Megatron zeroes main grads).
     for (const BufferSpan& s : persistent_) {
       if (s.buffer->role == BufferRole::main_grad)
@@ -229,13 +230,24 @@ class CpuBackend final : public ExecutorBackend {
       sink_ += c(0, 0);
     };
     for (const GemmShape& g : op_gemms(*plan_, op)) gemm(g.m, g.n, g.k);
+    // no_sync: the backward's gradients are keyed by the unit's accumulator, so the
+    // reduce-scatter can check the accumulator against their sum over micro-batches.
+    int64_t accumulator = -1;
+    for (const BufferSpan& s : writes) {
+      if (s.buffer->role == BufferRole::accumulated_grad) accumulator = s.buffer->id;
+    }
+    const BufferSpan* fresh_grads = nullptr;  // this backward's own gradients
     for (const BufferSpan& s : writes) {
       const PlanBuffer& buf = *s.buffer;
-      if (buf.role == BufferRole::unsharded_grad || buf.role == BufferRole::main_grad) {
+      if (buf.role == BufferRole::accumulated_grad) {
+        accumulate(s, fresh_grads, op.micro_batch);
+      } else if (buf.role == BufferRole::unsharded_grad || buf.role == BufferRole::main_grad) {
+        if (buf.role == BufferRole::unsharded_grad) fresh_grads = &s;
         const int64_t e = dtype_bytes(buf.dtype);
         const uint64_t m = mask(e);
+        const int64_t key = accumulator >= 0 ? accumulator : buf.id;
         for (int64_t k = 0; k + e <= s.bytes; k += e) {
-          const uint64_t g = gradient_value(rank_, buf.id, k / e, op.micro_batch) & m;
+          const uint64_t g = gradient_value(rank_, key, k / e, op.micro_batch) & m;
           // Transient gradient buffers are written; persistent main grads accumulate.
           const uint64_t v = buf.persistent ? (load(s.data + k, e) + g) & m : g;
           store(s.data + k, e, v);
@@ -243,6 +255,50 @@ class CpuBackend final : public ExecutorBackend {
       } else if (!buf.persistent) {
         for (int64_t j = 0; j < s.bytes; ++j) s.data[j] = activation_byte(rank_, buf.id, j);
       }
+    }
+  }
+
+  // no_sync: the unit's gradients summed across micro-batches, as FSDP2's post-backward
+  // does: the backward's param_dtype gradients (`fresh`, written first by the same op)
+  // widened into the accumulator, or, without one, the gradients computed straight into
+  // it. The first micro-batch assigns, the later ones add.
+  void accumulate(const BufferSpan& acc, const BufferSpan* fresh, int64_t micro_batch) {
+    // A unit of several segments (the root's embedding and output layer) backs each of
+    // them into the one accumulator: its micro-batch's gradients count once.
+    const auto [last, added] = accumulated_through_.try_emplace(acc.buffer->id, micro_batch);
+    if (!added && last->second == micro_batch) return;
+    last->second = micro_batch;
+    const int64_t e = dtype_bytes(acc.buffer->dtype);
+    const uint64_t m = mask(e);
+    const bool first = added;
+    std::vector<std::byte> widened;
+    if (fresh != nullptr) {
+      const auto from = static_cast<int>(dtype_bytes(fresh->buffer->dtype));
+      widened.resize(static_cast<std::size_t>(fresh->bytes / from * e));
+      cast_elements(fresh->data, fresh->bytes, from, static_cast<int>(e), widened.data());
+    }
+    for (int64_t k = 0; k + e <= acc.bytes; k += e) {
+      const uint64_t g = fresh != nullptr && k + e <= static_cast<int64_t>(widened.size())
+                             ? load(widened.data() + k, e)
+                             : gradient_value(rank_, acc.buffer->id, k / e, micro_batch) & m;
+      store(acc.data + k, e, first ? g : (load(acc.data + k, e) + g) & m);
+    }
+  }
+
+  // What no_sync's accumulator must hold when the last micro-batch reduces it: every
+  // micro-batch's gradients so far (param_dtype values, widened to its dtype), summed.
+  void check_accumulated(const PlanOp& op, const BufferSpan& acc) {
+    const int64_t e = dtype_bytes(acc.buffer->dtype);
+    const int64_t from = std::min<int64_t>(e, dtype_bytes(plan_->config.param_dtype));
+    const int shift = static_cast<int>(8 * (e - from));
+    for (int64_t k = 0; k + e <= acc.bytes; k += e) {
+      uint64_t sum = 0;
+      for (int64_t mb = 0; mb <= op.micro_batch; ++mb)
+        sum += (gradient_value(rank_, acc.buffer->id, k / e, mb) & mask(from)) << shift;
+      if ((sum & mask(e)) != load(acc.data + k, e))
+        fail(op, acc, k,
+             fmt::format("does not hold the sum of micro-batches 0..{}'s gradients",
+                         op.micro_batch));
     }
   }
 
@@ -337,8 +393,15 @@ class CpuBackend final : public ExecutorBackend {
     for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
       const BufferSpan& w = part.target;
       const int64_t e = dtype_bytes(w.buffer->dtype);
-      const MPI_Datatype type = element_type(e);
       const uint64_t m = mask(e);
+      // The reduction's element size: the input's, which may be wider than the target's
+      // (fp32 reduced into bf16 gradients keep each sum's top bytes, as a cast to bf16).
+      const int64_t r = part.input_element_bytes > 0 ? part.input_element_bytes : e;
+      const MPI_Datatype type = element_type(r);
+      const uint64_t mr = mask(r);
+      const int narrow = static_cast<int>(8 * (r - e));
+      if (options_.check && part.source.buffer->role == BufferRole::accumulated_grad)
+        check_accumulated(op, part.source);
       // PyTorch FSDP's copy-in: the backward's gradients widened into the reduce input.
       if (part.cast_source != nullptr) {
         cast_elements(part.cast_source, part.input_bytes / part.cast_to * part.cast_from,
@@ -353,7 +416,7 @@ class CpuBackend final : public ExecutorBackend {
         MPI_Allgather(input, static_cast<int>(input_bytes), MPI_BYTE, everyone.data(),
                       static_cast<int>(input_bytes), MPI_BYTE, c);
       }
-      const int64_t elements = input_bytes / e;
+      const int64_t elements = input_bytes / r;
       std::vector<std::byte> result;
       int64_t result_start = 0;  // first element of the result within the input
       if (all_reduce) {
@@ -362,30 +425,31 @@ class CpuBackend final : public ExecutorBackend {
       } else {
         const std::vector<int> counts = shares(elements, p);
         const std::vector<int> displs = displacements(counts);
-        result.resize(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)] * e));
+        result.resize(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)] * r));
         std::vector<std::byte> send(input, input + input_bytes);
         MPI_Reduce_scatter(send.data(), result.data(), counts.data(), type, MPI_SUM, c);
         result_start = displs[static_cast<std::size_t>(me)];
       }
-      const int64_t result_elements = static_cast<int64_t>(result.size()) / e;
+      const int64_t result_elements = static_cast<int64_t>(result.size()) / r;
       if (options_.check) {
         for (int64_t k = 0; k < result_elements; ++k) {
           uint64_t sum = 0;
           for (int q = 0; q < p; ++q)
-            sum += load(everyone.data() + q * input_bytes + (result_start + k) * e, e);
-          if ((sum & m) != load(result.data() + k * e, e))
+            sum += load(everyone.data() + q * input_bytes + (result_start + k) * r, r);
+          if ((sum & mr) != load(result.data() + k * r, r))
             fail(op, w, (result_start + k) * e, "the reduction is not the sum over ranks");
         }
       }
       // Into the main grads: a scattered shard accumulates into its shard buffer; in
       // place, the reduced region replaces the local values. PyTorch FSDP's transient
-      // grads are made by the step's first reduction (micro-batch 0), then accumulate.
-      const bool assign = !w.buffer->persistent && op.micro_batch == 0;
+      // grads are made by the step's first reduction (micro-batch 0, or the last under
+      // no_sync), then accumulate.
+      const bool assign = !w.buffer->persistent && !written_.contains(w.buffer->id);
       if (!part.in_place) {
-        for (int64_t k = 0; k < result_elements && k * e < w.bytes; ++k)
-          store(w.data + k * e, e,
-                assign ? load(result.data() + k * e, e)
-                       : (load(w.data + k * e, e) + load(result.data() + k * e, e)) & m);
+        for (int64_t k = 0; k < result_elements && k * e < w.bytes; ++k) {
+          const uint64_t reduced = load(result.data() + k * r, r) >> narrow;
+          store(w.data + k * e, e, assign ? reduced : (load(w.data + k * e, e) + reduced) & m);
+        }
       } else {
         std::memcpy(w.data + result_start * e, result.data(), result.size());
       }
@@ -482,6 +546,8 @@ class CpuBackend final : public ExecutorBackend {
   const Plan* plan_ = nullptr;
   std::vector<MPI_Comm> comms_;                    // one per plan process group
   std::unordered_map<int64_t, uint64_t> written_;  // transient buffer -> fingerprint
+  // no_sync: the last micro-batch each accumulator took gradients from, this step.
+  std::unordered_map<int64_t, int64_t> accumulated_through_;
   struct HostCopy {
     std::vector<std::byte> bytes;
     uint64_t fingerprint = 0;  // of the activations when their forward wrote them

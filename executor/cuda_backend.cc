@@ -197,7 +197,13 @@ class CudaBackend final : public ExecutorBackend {
       case OpKind::optimizer_step:
         c.kind = kCudaOptimizer;
         for (const BufferSpan& w : writes) {
-          if (dtype_bytes(w.buffer->dtype) != 4) continue;  // fp32 master weights and states
+          // What the optimizer steps: the master weights (PyTorch FSDP's are the sharded
+          // parameters) and the states, fp32 or, on the torch stacks, the parameters' dtype;
+          // the kernel reads and writes their bytes as fp32 words.
+          const BufferRole role = w.buffer->role;
+          if (role != BufferRole::main_weight && role != BufferRole::optimizer_state &&
+              !(role == BufferRole::model_weight && torch_fsdp_layout(plan_->config)))
+            continue;
           c.output = w.data;
           c.count = w.bytes / 4;
           calls.push_back(c);
@@ -233,6 +239,14 @@ class CudaBackend final : public ExecutorBackend {
             if (part.cast_source != nullptr) {  // the reduce-scatter's bf16 gradients
               c.cast_source = part.cast_source;
               c.cast_bytes = part.input_bytes / part.cast_to * part.cast_from;
+            }
+            // Reduced in a wider dtype than the gradients it lands in (fp32 into bf16):
+            // NCCL reduces in place in the input, in its element size; the cast of the
+            // shard into the target (an elementwise kernel) is not run.
+            const int r = part.input_element_bytes;
+            if (c.kind == kCudaReduceScatter && r > e) {
+              c.element_bytes = r;
+              c.output = part.input + static_cast<std::ptrdiff_t>(me) * c.count * r;
             }
           } else {
             c.count = part.output_bytes / e / p;

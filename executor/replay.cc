@@ -71,30 +71,37 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
       targets.push_back(w);
     }
   }
+  // Counted in elements: the reduction may run in a wider dtype than the gradients it
+  // lands in (FSDP2 reduces in fp32 and casts the shard to bf16 master weights' dtype).
   int64_t total_out = 0;
-  for (const BufferSpan& w : targets) total_out += w.bytes;
+  for (const BufferSpan& w : targets) total_out += w.bytes / dtype_bytes(w.buffer->dtype);
   const BufferSpan* input = staged != nullptr ? staged : reads.empty() ? nullptr : &reads[0];
   const bool from_transient = op.kind == OpKind::reduce_scatter && reads.size() == 1 &&
-                              !input->buffer->persistent && input->bytes == total_out * p;
+                              !input->buffer->persistent &&
+                              input->bytes / dtype_bytes(input->buffer->dtype) == total_out * p;
   const int from = reads.empty() ? 0 : static_cast<int>(dtype_bytes(reads[0].buffer->dtype));
   const int to = input == nullptr ? 0 : static_cast<int>(dtype_bytes(input->buffer->dtype));
-  const bool cast = from_transient && staged != nullptr && from != to;
+  // The copy-in runs whether or not it changes the dtype (no_sync's accumulated gradients
+  // are already in reduce_dtype).
+  const bool cast = from_transient && staged != nullptr;
   int64_t offset = 0;
   for (const BufferSpan& w : targets) {
     if (!from_transient) {
       in_place(w);
       continue;
     }
+    const int64_t input_bytes = w.bytes / dtype_bytes(w.buffer->dtype) * to * p;
     parts.push_back({.target = w,
                      .source = reads[0],
                      .input = input->data + offset,
-                     .input_bytes = w.bytes * p,
+                     .input_bytes = input_bytes,
                      .output = w.data,
                      .output_bytes = w.bytes,
                      .cast_from = cast ? from : 0,
                      .cast_to = cast ? to : 0,
-                     .cast_source = cast ? reads[0].data + offset / to * from : nullptr});
-    offset += w.bytes * p;
+                     .cast_source = cast ? reads[0].data + offset / to * from : nullptr,
+                     .input_element_bytes = to});
+    offset += input_bytes;
   }
   return parts;
 }

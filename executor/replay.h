@@ -51,9 +51,10 @@ struct BufferSpan {
 // of `output` (output_bytes ÷ ranks) and gathers in place there, as FSDP2's copy-in does.
 // The CPU replay's cast keeps each element's top cast_to bytes (bf16 is fp32's top half),
 // and checks them; the CUDA replay, which checks no values, copies the slice's bytes.
-// A casting reduce-scatter (PyTorch FSDP's copy-in of bf16 gradients into an fp32 input)
-// has `cast_source` (the gradients, cast_from bytes each) and `input` (the fp32 region it
-// writes first, cast_to bytes each): widening puts each element's bytes on top, zeros below.
+// A reduce-scatter with a copy-in (PyTorch FSDP's foreach_reduce: bf16 gradients widened
+// into an fp32 input, or no_sync's accumulator copied as it is) has `cast_source` (the
+// gradients, cast_from bytes each) and `input` (the region it writes first, cast_to bytes
+// each): widening puts each element's bytes on top, zeros below.
 struct CollectivePart {
   BufferSpan target;  // the written buffer
   BufferSpan source;  // the read buffer the input comes from (the target in place)
@@ -65,6 +66,10 @@ struct CollectivePart {
   int cast_from = 0;  // element bytes of `input` when the gather casts; 0: no cast
   int cast_to = 0;    // element bytes of `output` when the gather casts
   const std::byte* cast_source = nullptr;  // a casting reduce-scatter's gradients
+  // A reduce-scatter from a transient input: the element size it reduces in (4 when FSDP2
+  // reduces fp32 into bf16 gradients, which then take each result's top bytes); 0: the
+  // target's.
+  int input_element_bytes = 0;
 };
 // Each `from`-byte element of `in` (`in_bytes`) as a `to`-byte one into `out`: narrowing
 // keeps its top `to` bytes, widening puts its bytes on top of zeros.

@@ -24,6 +24,11 @@ constexpr NameTable<Stack, 3> kStackNames = {{{Stack::megatron_te, "megatron-te"
                                               {Stack::torch_compile, "torch-compile"},
                                               {Stack::torch_eager, "torch-eager"}}};
 
+// The PyTorch stacks' cross entropy on logits left in the activation dtype.
+bool native_loss(const Module& m, const BatchShape& shape) {
+  return m.cost.logits_loss && shape.stack != Stack::megatron_te && !shape.upcast_logits;
+}
+
 // A module's effective token share: its own when it states one, else its parent's.
 double share(const Module& module, double parent_share) {
   return module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_share;
@@ -184,7 +189,8 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
     if (recompute == Recompute::selective && m.cost.selective_recompute) {
       return m.cost.selective_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
     }
-    Footprint saved = m.cost.saved_per_token;
+    Footprint saved =
+        native_loss(m, shape) ? m.cost.native_loss_saved_per_token : m.cost.saved_per_token;
     if (shape.stack == Stack::torch_eager) saved += m.cost.eager_extra_saved_per_token;
     return (saved.bytes(shape.activation_bytes) +
             m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
@@ -198,7 +204,9 @@ double workspace_bytes(const Module& module, const BatchShape& shape) {
   double largest = 0;
   std::function<void(const Module&, double)> visit = [&](const Module& m, double parent) {
     const double s = share(m, parent);
-    const Footprint& w = pytorch ? m.cost.pytorch_workspace_per_token : m.cost.workspace_per_token;
+    const Footprint& w = native_loss(m, shape) ? m.cost.native_loss_workspace_per_token
+                         : pytorch             ? m.cost.pytorch_workspace_per_token
+                                               : m.cost.workspace_per_token;
     largest = std::max(largest, w.bytes(shape.activation_bytes) * tokens_of(shape) * s);
     for (const Module& child : m.children) visit(child, s);
   };

@@ -49,6 +49,9 @@ struct BatchShape {
   // Eager PyTorch runs RMSNorm as one fused kernel (since pytorch/pytorch#153666), not the
   // composite.
   bool fused_rms_norm = true;
+  // The PyTorch stacks' loss on fp32 logits (torchtitan's pred.float()); false: on the
+  // activation-dtype logits as they are.
+  bool upcast_logits = true;
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }

@@ -32,6 +32,10 @@ struct ModelParallel {
   // torchtitan's loss_parallel); false: the logits are all-gathered to every tensor-parallel
   // rank first (PyTorch's ColwiseParallel output head with output_layouts=Replicate).
   bool vocab_parallel_loss = true;
+  // The embedding split over the vocabulary (Megatron's VocabParallelEmbedding, torchtitan's
+  // RowwiseParallel embedding); false: replicated on every tensor-parallel rank, each
+  // looking up the whole sequence (KempnerForge, kempnerforge/distributed/tensor_parallel.py).
+  bool vocab_parallel_embedding = true;
 
   bool trivial() const { return tp == 1 && cp == 1; }
 };

@@ -538,7 +538,9 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   root.type = a.num_experts > 0 ? "MoECausalLM" : "CausalLM";
 
   Module embed{.name = "embed_tokens", .type = "Embedding"};
-  embed.parameters.push_back(param("weight", {vocab / p.tp, a.hidden_size}, a.dtype));
+  const bool split_embedding = p.tp > 1 && p.vocab_parallel_embedding;
+  embed.parameters.push_back(
+      param("weight", {split_embedding ? vocab / p.tp : vocab, a.hidden_size}, a.dtype));
   embed.cost.kind = ComputeKind::embedding;
   embed.cost.fwd_io_elements_per_token = h;
   // The backward scatters into the rows of the token ids (int64); dropout on the
@@ -547,8 +549,15 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   embed.cost.input_per_token = fixed(8.0);
   // Each rank looks up the ids in its vocabulary rows; the partial embeddings are summed:
   // reduce-scattered into the sequence-parallel shard (its backward all-gathers the
-  // gradient), or all-reduced without sequence parallelism.
-  if (p.tp > 1) {
+  // gradient), or all-reduced without sequence parallelism. A replicated embedding looks
+  // up every token on every rank; the first sequence-parallel norm takes its shard (a
+  // slice), whose backward all-gathers the gradient (DTensor's Shard → Replicate).
+  if (p.tp > 1 && !split_embedding) {
+    if (p.sequence_parallel) {
+      embed.cost.comms = {
+          comm(CommPhase::backward, CommKind::all_gather, MeshAxis::tp, elements(h))};
+    }
+  } else if (p.tp > 1) {
     embed.cost.comms = {comm(CommPhase::forward,
                              p.sequence_parallel ? CommKind::reduce_scatter : CommKind::all_reduce,
                              MeshAxis::tp, elements(h))};
@@ -617,6 +626,12 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   // vocabulary entry; the forward holds 6: the bf16 logits and their fp32 copy).
   loss.cost.workspace_per_token = elements(loss_vocab);
   loss.cost.pytorch_workspace_per_token = fixed(8.0 * loss_vocab);
+  // F.cross_entropy on the bf16 logits themselves (KempnerForge's cross_entropy_loss, no
+  // .float()): log_softmax saves its output in the logits' dtype, and backward holds the
+  // gradient of that output and the logits' gradient in it too.
+  loss.cost.logits_loss = true;
+  loss.cost.native_loss_saved_per_token = elements_and_fixed(loss_vocab, 8.0);
+  loss.cost.native_loss_workspace_per_token = elements(2.0 * loss_vocab);
   if (p.tp > 1 && !gathered_logits) {
     loss.cost.comms = {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, fixed(4.0), 3)};
   }

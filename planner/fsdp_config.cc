@@ -79,6 +79,15 @@ bool torch_fsdp_layout(const FsdpConfig& config) {
          !(config.fp8_param_gather && config.fp8_recipe == Fp8Recipe::mxfp8);
 }
 
+DType optimizer_state_dtype(const FsdpConfig& config) {
+  return config.stack == Stack::megatron_te ? DType::fp32 : config.main_param_dtype;
+}
+
+DType accumulated_grad_dtype(const FsdpConfig& config) {
+  return config.grad_reduce_dtype != config.param_dtype ? config.grad_reduce_dtype
+                                                        : config.param_dtype;
+}
+
 bool sequence_parallel(const FsdpConfig& config) {
   return config.sequence_parallel.value_or(config.tp > 1);
 }
@@ -88,7 +97,8 @@ ModelParallel model_parallel(const FsdpConfig& config) {
           .sequence_parallel = sequence_parallel(config),
           .cp = config.cp,
           .cp_comm = config.cp_comm,
-          .vocab_parallel_loss = config.vocab_parallel_loss};
+          .vocab_parallel_loss = config.vocab_parallel_loss,
+          .vocab_parallel_embedding = config.vocab_parallel_embedding};
 }
 
 std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text) {
@@ -138,6 +148,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "sequence_parallel",
                                                 "tp_comm_overlap",
                                                 "vocab_parallel_loss",
+                                                "vocab_parallel_embedding",
                                                 "cp",
                                                 "cp_comm",
                                                 "outer_strategy",
@@ -167,7 +178,9 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "optimizer",
                                                 "offload_activations",
                                                 "sdpa_backend",
-                                                "fused_rms_norm"};
+                                                "fused_rms_norm",
+                                                "no_sync",
+                                                "upcast_logits"};
   return keys;
 }
 
@@ -221,6 +234,15 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
   }
   if (!c.vocab_parallel_loss && c.tp == 1) {
     fail("vocab_parallel_loss", "gathers the logits over tensor-parallel ranks; set tp > 1");
+  }
+  if (!c.vocab_parallel_embedding && c.tp == 1) {
+    fail("vocab_parallel_embedding",
+         "replicates the embedding over tensor-parallel ranks; set tp > 1");
+  }
+  if (!c.vocab_parallel_embedding && c.stack == Stack::megatron_te) {
+    fail("vocab_parallel_embedding",
+         "Megatron always splits the embedding over the vocabulary (VocabParallelEmbedding); "
+         "a replicated one is a PyTorch TP plan: set stack torch-compile or torch-eager");
   }
   if (c.tp_comm_overlap && !sequence_parallel(c)) {
     fail("tp_comm_overlap",
@@ -286,6 +308,33 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
   if (c.double_buffer && c.max_live_grad_buffers > 2) {
     fail("max_live_grad_buffers", "double_buffer holds two gradient buffers, so at most 2");
   }
+  if (c.no_sync) {
+    if (c.stack == Stack::megatron_te) {
+      fail("no_sync",
+           "is PyTorch FSDP's gradient accumulation (set_requires_gradient_sync(False)); "
+           "Megatron-FSDP reduces every micro-batch into its sharded main grads: set stack "
+           "torch-compile or torch-eager");
+    }
+    if (!torch_fsdp_layout(c)) {
+      fail(
+          "no_sync",
+          fmt::format("defers the reduce-scatter of sharded gradients; it needs sharding_strategy "
+                      "optim_grads_params (got {}{}), as no_shard and optim already reduce "
+                      "in the last micro-batch only",
+                      sharding_strategy_name(c.sharding_strategy),
+                      c.fp8_recipe == Fp8Recipe::mxfp8 && c.fp8_param_gather ? " with mxfp8" : ""));
+    }
+    if (c.double_buffer) {
+      fail("no_sync",
+           "keeps every unit's gradients unsharded across micro-batches; "
+           "double_buffer holds two: set double_buffer: false");
+    }
+    if (c.grad_accum == 1) {
+      fail("no_sync",
+           "defers the reduction to the last micro-batch; with grad_accum 1 there is "
+           "nothing to defer: set grad_accum > 1");
+    }
+  }
 }
 
 FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& label) {
@@ -299,6 +348,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   if (r.has("sequence_parallel")) c.sequence_parallel = r.boolean("sequence_parallel");
   c.tp_comm_overlap = r.boolean_or("tp_comm_overlap", c.tp_comm_overlap);
   c.vocab_parallel_loss = r.boolean_or("vocab_parallel_loss", c.vocab_parallel_loss);
+  c.vocab_parallel_embedding = r.boolean_or("vocab_parallel_embedding", c.vocab_parallel_embedding);
   c.cp = r.integer_in_or("cp", 1, limits::kMaxGpus, c.cp);
   if (r.has("cp_comm")) {
     const std::string text = r.string("cp_comm");
@@ -364,6 +414,13 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
       r.integer_in_or("offload_activations", 0, kMaxDepth, c.offload_activations);
   c.sdpa_backend = parse_enum(r, "sdpa_backend", kSdpaBackends, c.sdpa_backend);
   c.fused_rms_norm = r.boolean_or("fused_rms_norm", c.fused_rms_norm);
+  c.no_sync = r.boolean_or("no_sync", c.no_sync);
+  c.upcast_logits = r.boolean_or("upcast_logits", c.upcast_logits);
+  if (r.has("upcast_logits") && c.stack == Stack::megatron_te) {
+    r.fail("upcast_logits",
+           "picks the dtype PyTorch's cross entropy runs in on the torch stacks; Megatron's "
+           "fused cross entropy always works in fp32: set stack torch-compile or torch-eager");
+  }
   if (r.has("fused_rms_norm") && c.stack != Stack::torch_eager) {
     r.fail("fused_rms_norm",
            "picks eager PyTorch's RMSNorm kernel; it matters on stack torch-eager only "
@@ -393,6 +450,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (c.tp > 1 || c.sequence_parallel.has_value()) j["sequence_parallel"] = sequence_parallel(c);
   j["tp_comm_overlap"] = c.tp_comm_overlap;
   if (!c.vocab_parallel_loss) j["vocab_parallel_loss"] = false;
+  if (!c.vocab_parallel_embedding) j["vocab_parallel_embedding"] = false;
   j["cp"] = c.cp;
   if (c.cp > 1) j["cp_comm"] = cp_comm_name(c.cp_comm);
   j["outer_strategy"] = outer_strategy_name(c.outer_strategy);
@@ -423,6 +481,8 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (c.offload_activations > 0) j["offload_activations"] = c.offload_activations;
   if (c.stack != Stack::megatron_te) j["sdpa_backend"] = sdpa_backend_name(c.sdpa_backend);
   if (c.stack == Stack::torch_eager) j["fused_rms_norm"] = c.fused_rms_norm;
+  if (c.no_sync) j["no_sync"] = true;
+  if (c.stack != Stack::megatron_te) j["upcast_logits"] = c.upcast_logits;
   return j;
 }
 

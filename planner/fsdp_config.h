@@ -46,7 +46,8 @@ struct FsdpConfig {
   std::optional<bool> sequence_parallel;
   bool tp_comm_overlap = false;     // Transformer Engine's userbuffer overlap of TP collectives
   bool vocab_parallel_loss = true;  // false: logits all-gathered over tp before the loss
-  int64_t cp = 1;                   // context-parallel ranks each sequence is split over
+  bool vocab_parallel_embedding = true;  // false: the embedding replicated over tp ranks
+  int64_t cp = 1;                        // context-parallel ranks each sequence is split over
   CpComm cp_comm = CpComm::p2p;
   OuterStrategy outer_strategy = OuterStrategy::no_shard;
   std::vector<std::string> unit_modules;  // module-name patterns; empty = the model's own
@@ -83,6 +84,13 @@ struct FsdpConfig {
   SdpaBackend sdpa_backend = SdpaBackend::cudnn;
   // torch-eager: RMSNorm as recent PyTorch's one fused kernel, or aten's composite (earlier).
   bool fused_rms_norm = true;
+  // torch stacks: gradient accumulation under FSDP2's set_requires_gradient_sync(False)
+  // (FSDP1's no_sync()) on every micro-batch but the last: no reduce-scatter until then,
+  // each unit's unsharded gradients summed on the GPU across micro-batches.
+  bool no_sync = false;
+  // torch stacks: the loss on fp32 logits (torchtitan's cross_entropy(pred.float())), or
+  // F.cross_entropy on the bf16 logits as the output layer leaves them.
+  bool upcast_logits = true;
 };
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.
@@ -97,6 +105,14 @@ bool fp8_compute(const FsdpConfig& config);
 // optimizer. The torch stacks under optim_grads_params, except MXFP8 (its column-wise
 // copies are Transformer Engine's).
 bool torch_fsdp_layout(const FsdpConfig& config);
+// The dtype of the optimizer's states: PyTorch's optimizers keep them in the dtype of the
+// parameter they step (torch.optim.AdamW's zeros_like(p)), so the main weights' on the
+// torch stacks; Megatron's distributed optimizer keeps fp32.
+DType optimizer_state_dtype(const FsdpConfig& config);
+// no_sync: the dtype a unit's unsharded gradients accumulate in across micro-batches.
+// FSDP2 (FSDPParam.to_accumulated_grad_if_needed) upcasts them to reduce_dtype when that
+// differs from param_dtype; otherwise autograd sums into the param_dtype .grad.
+DType accumulated_grad_dtype(const FsdpConfig& config);
 // The recompute mode for tables: its name, "sac_layer/N" with the layer stride.
 std::string recompute_label(const FsdpConfig& config);
 // The tensor and context parallelism one rank of the config's mesh runs.

@@ -93,7 +93,8 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   // Counted whole, as every transient peak here is: they are all there when backward ends.
   e.main_grads_transient = torch_layout;
   const double states = c.optimizer == Optimizer::adam ? 2.0 : 1.0;
-  e.optimizer_states = states * 4.0 * (shard_optimizer ? trainable_per_opt_rank : trainable);
+  e.optimizer_states = states * bytes_of(optimizer_state_dtype(c)) *
+                       (shard_optimizer ? trainable_per_opt_rank : trainable);
 
   // The root unit stays gathered across the step (its parameters open the forward and
   // close the backward); up to 1 + prefetch layer units are gathered at once.
@@ -117,6 +118,18 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
       e.unsharded_grads = grad_bytes * (static_cast<double>(trainable_root) +
                                         live_grads * static_cast<double>(largest_trainable_layer));
     }
+  }
+  // no_sync: every unit's gradients stay unsharded, summed across micro-batches, from the
+  // first micro-batch's backward until the last one reduces them; beside them, the
+  // backward's own param_dtype gradients of the largest unit when they are upcast into
+  // the accumulators (the peak is at the root's backward before the last micro-batch).
+  if (c.no_sync) {
+    const DType accumulated = accumulated_grad_dtype(c);
+    const double largest_trainable =
+        static_cast<double>(std::max(trainable_root, largest_trainable_layer));
+    e.unsharded_grads =
+        bytes_of(accumulated) * trainable +
+        (accumulated != c.param_dtype ? bytes_of(c.param_dtype) * largest_trainable : 0.0);
   }
 
   const BatchShape shape = rank_batch_shape(c);

@@ -24,7 +24,7 @@ constexpr NameTable<OpKind, 11> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                              {OpKind::all_to_all, "all_to_all"},
                                              {OpKind::offload, "offload"},
                                              {OpKind::reload, "reload"}}};
-constexpr NameTable<BufferRole, 16> kRoles = {
+constexpr NameTable<BufferRole, 17> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -40,7 +40,8 @@ constexpr NameTable<BufferRole, 16> kRoles = {
      {BufferRole::cp_buffer, "cp_buffer"},
      {BufferRole::fp8_weight_cache, "fp8_weight_cache"},
      {BufferRole::workspace, "workspace"},
-     {BufferRole::reloaded_activations, "reloaded_activations"}}};
+     {BufferRole::reloaded_activations, "reloaded_activations"},
+     {BufferRole::accumulated_grad, "accumulated_grad"}}};
 
 }  // namespace
 

@@ -53,6 +53,7 @@ enum class BufferRole {
   fp8_weight_cache,       // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cast copies
   workspace,              // held by one compute op while it runs (the cross entropy's logits)
   reloaded_activations,   // offload_activations: a layer's saved activations back from host
+  accumulated_grad,       // no_sync: a unit's unsharded gradients summed over micro-batches
 };
 
 std::string_view stream_name(Stream s);

@@ -93,9 +93,10 @@ void add_persistent_buffers(Plan& plan) {
       grad.live_begin = grad.live_end = -1;
     }
     const int states = c.optimizer == Optimizer::adam ? 2 : 1;
+    const DType state_dtype = optimizer_state_dtype(c);
     for (int state = 0; state < states; ++state) {
-      add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, DType::fp32,
-                     optimizer_elements * 4, optimizer_shards,
+      add_persistent(plan, BufferRole::optimizer_state, g.unit, g.id, state_dtype,
+                     optimizer_elements * dtype_bytes(state_dtype), optimizer_shards,
                      fmt::format("optimizer_state{} {}", state, where));
     }
   }

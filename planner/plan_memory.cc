@@ -54,8 +54,9 @@ PlanMemory plan_memory(const Plan& plan) {
   }
   m.unsharded_weights = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_weight; });
-  m.unsharded_grads = transient_peak(
-      plan, [](const PlanBuffer& b) { return b.role == BufferRole::unsharded_grad; });
+  m.unsharded_grads = transient_peak(plan, [](const PlanBuffer& b) {
+    return b.role == BufferRole::unsharded_grad || b.role == BufferRole::accumulated_grad;
+  });
   m.activations = transient_peak(plan, [](const PlanBuffer& b) {
     return b.role == BufferRole::activations || b.role == BufferRole::recompute_activations ||
            b.role == BufferRole::workspace || b.role == BufferRole::reloaded_activations;

@@ -35,7 +35,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .context_parallel = c.cp,
                     .fp8 = fp8_compute(c),
                     .stack = c.stack,
-                    .fused_rms_norm = c.fused_rms_norm};
+                    .fused_rms_norm = c.fused_rms_norm,
+                    .upcast_logits = c.upcast_logits};
 }
 
 }  // namespace shardplan

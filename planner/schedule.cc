@@ -121,7 +121,8 @@ class ScheduleBuilder {
         gather_bytes_(c_.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c_.param_dtype))),
         grad_bytes_(static_cast<double>(dtype_bytes(c_.grad_reduce_dtype))),
         units_(plan.units.size()),
-        last_reduce_(plan.units.size(), -1) {
+        last_reduce_(plan.units.size(), -1),
+        accumulated_(plan.units.size(), -1) {
     index_persistent_buffers();
     // Layer units in forward order (every unit but the root owns exactly one segment).
     for (const PlanSegment& seg : plan_.segments) {
@@ -206,7 +207,10 @@ class ScheduleBuilder {
   bool double_buffered_ = false;
   bool cast_grads_ = false;
   bool gather_root_ = false;
-  std::vector<int64_t> last_reduce_;      // final reduction op per unit
+  std::vector<int64_t> last_reduce_;  // final reduction op per unit
+  // no_sync: per unit, the gradients summed across micro-batches (-1 until the first
+  // backward makes them).
+  std::vector<int64_t> accumulated_;
   std::vector<int64_t> next_start_deps_;  // what the next micro-batch (or the step) waits for
   int64_t mb_ = 0;
   MicroBatchState state_{0, 0};
@@ -428,8 +432,9 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
 void ScheduleBuilder::reduce(int64_t unit, std::vector<int64_t> deps) {
   const auto u = static_cast<std::size_t>(unit);
   const bool all_reduce = s_.all_reduce_grads;
-  std::vector<int64_t> reads =
-      s_.shard_grads ? std::vector<int64_t>{state_.unsharded_grad[u]} : units_[u].main_grads;
+  std::vector<int64_t> reads = !s_.shard_grads ? units_[u].main_grads
+                               : c_.no_sync    ? std::vector<int64_t>{accumulated_[u]}
+                                               : std::vector<int64_t>{state_.unsharded_grad[u]};
   std::vector<int64_t> writes = units_[u].main_grads;
   if (cast_grads_ && s_.shard_grads) {
     // The reduce-scatter's input, written by its copy-in and held until it ends.
@@ -528,7 +533,35 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
     }
   }
   std::vector<int64_t> writes;
-  if (grads) {
+  double accumulate_bytes = 0;  // no_sync: the traffic of summing into the accumulator
+  if (grads && c_.no_sync) {
+    // FSDP2 under set_requires_gradient_sync(False) (and in the last micro-batch before it
+    // reduces): autograd writes param_dtype gradients, which post-backward upcasts into
+    // the unit's accumulator (the first micro-batch) or adds to it (the rest); without a
+    // reduce_dtype of its own the accumulator is the param_dtype .grad itself.
+    const DType acc_dtype = accumulated_grad_dtype(c_);
+    const double acc_bytes =
+        unsharded_bytes(seg.unit, static_cast<double>(dtype_bytes(acc_dtype)), true);
+    const bool first = accumulated_[u] < 0;
+    if (first) {
+      accumulated_[u] =
+          emit_.transient(BufferRole::accumulated_grad, seg.unit, mb_, acc_dtype, acc_bytes,
+                          fmt::format("accumulated_grad {}", unit_label(plan_, seg.unit)));
+    } else {
+      reads.push_back(accumulated_[u]);
+    }
+    if (cast_grads_) {
+      const double grad =
+          unsharded_bytes(seg.unit, static_cast<double>(dtype_bytes(c_.param_dtype)), true);
+      writes.push_back(
+          emit_.transient(BufferRole::unsharded_grad, seg.unit, mb_, c_.param_dtype, grad,
+                          fmt::format("unsharded_grad {} mb{}", unit_label(plan_, seg.unit), mb_)));
+      accumulate_bytes = grad + (first ? acc_bytes : 2.0 * acc_bytes);
+    } else if (!first) {
+      accumulate_bytes = 2.0 * acc_bytes;
+    }
+    writes.push_back(accumulated_[u]);
+  } else if (grads) {
     if (state_.unsharded_grad[u] < 0) {
       state_.unsharded_grad[u] =
           double_buffered_ && layer
@@ -547,25 +580,28 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
     writes = units_[u].main_grads;
   }
   if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb_, "bwd"));
-  return emit_work(PlanOp{.stream = Stream::compute,
-                          .kind = OpKind::backward,
-                          .unit = seg.unit,
-                          .segment = seg.id,
-                          .micro_batch = mb_,
-                          .name = fmt::format("bwd {} mb{}", seg.label, mb_),
-                          .bytes = 2.0 * seg.io_bytes + seg.fp8_cast_backward_bytes,
-                          .flops = seg.backward_flops,
-                          .attention_flops = seg.backward_attention_flops,
-                          .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
-                          .deps = std::move(deps),
-                          .reads = std::move(reads),
-                          .writes = std::move(writes)},
-                   seg, seg.backward_comms, "bwd");
+  return emit_work(
+      PlanOp{.stream = Stream::compute,
+             .kind = OpKind::backward,
+             .unit = seg.unit,
+             .segment = seg.id,
+             .micro_batch = mb_,
+             .name = fmt::format("bwd {} mb{}", seg.label, mb_),
+             .bytes = 2.0 * seg.io_bytes + seg.fp8_cast_backward_bytes + accumulate_bytes,
+             .flops = seg.backward_flops,
+             .attention_flops = seg.backward_attention_flops,
+             .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
+             .deps = std::move(deps),
+             .reads = std::move(reads),
+             .writes = std::move(writes)},
+      seg, seg.backward_comms, "bwd");
 }
 
 void ScheduleBuilder::emit_backward(int64_t mb) {
   const int64_t kb = c_.backward_prefetch;
-  const bool reduce_now = s_.shard_grads || mb == c_.grad_accum - 1;
+  // no_sync defers the sharded reductions to the last micro-batch, as no_shard and optim
+  // always do.
+  const bool reduce_now = (s_.shard_grads && !c_.no_sync) || mb == c_.grad_accum - 1;
   const std::vector<int64_t> backward_layers(layers_.rbegin(), layers_.rend());
   int64_t next_gather = 0;  // the next backward position to gather
   auto gather_triggered_by = [&](int64_t position, const std::vector<int64_t>& deps) {

@@ -66,6 +66,42 @@ TEST(CollectiveParts, Zero3GathersEachGroupShardIntoItsRegion) {
   EXPECT_GT(checked, 4);
 }
 
+// PyTorch FSDP with bf16 master weights reducing in fp32 (KempnerForge): each reduce-scatter
+// widens the bf16 gradients into an fp32 input it writes, reduces 4-byte elements and lands
+// half as many bytes per element in the bf16 shard; the input regions follow one another
+// in fp32. Under no_sync the input is copied from the fp32 accumulator as it is.
+TEST(CollectiveParts, Fp32ReductionIntoBf16Gradients) {
+  for (const bool no_sync : {false, true}) {
+    nlohmann::json config = {{"stack", "torch-compile"},
+                             {"main_param_dtype", "bf16"},
+                             {"grad_reduce_dtype", "fp32"},
+                             {"grad_accum", 2}};
+    if (no_sync) config["no_sync"] = true;
+    const Placed p("optim_grads_params", config);
+    int checked = 0;
+    for (const PlanOp& op : p.plan.ops) {
+      if (op.kind != OpKind::reduce_scatter) continue;
+      const std::vector<CollectivePart> parts = p.parts(op);
+      ASSERT_FALSE(parts.empty()) << op.name;
+      const int64_t ranks = op_group_size(p.plan, op);
+      std::byte* next = parts.front().input;
+      for (const CollectivePart& part : parts) {
+        EXPECT_FALSE(part.in_place) << op.name;
+        EXPECT_EQ(part.target.buffer->dtype, DType::bf16) << op.name;
+        EXPECT_EQ(part.input_element_bytes, 4) << op.name;
+        EXPECT_EQ(part.input_bytes, part.output_bytes / 2 * 4 * ranks) << op.name;
+        EXPECT_EQ(part.input, next) << op.name;
+        next += part.input_bytes;
+        ASSERT_NE(part.cast_source, nullptr) << op.name;
+        EXPECT_EQ(part.cast_from, no_sync ? 4 : 2) << op.name;
+        EXPECT_EQ(part.cast_to, 4) << op.name;
+      }
+      ++checked;
+    }
+    EXPECT_GT(checked, 4) << no_sync;
+  }
+}
+
 TEST(CollectiveParts, Zero1ReducesAndGathersInPlace) {
   const Placed p("optim");
   int checked = 0;

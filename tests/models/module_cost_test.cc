@@ -258,6 +258,28 @@ TEST(ModuleCost, LossWorkspaceByStack) {
   EXPECT_EQ(workspace_bytes(*layer, shape), 0.0);
 }
 
+// F.cross_entropy on the bf16 logits (upcast_logits false, KempnerForge's loss): the
+// log-softmax saved in bf16 (2V bytes per token, beside the int64 label) instead of fp32
+// (4V), and backward's two gradients in bf16 (4V) instead of fp32 (8V). Megatron's fused
+// loss ignores the flag (it computes in fp32 either way).
+TEST(ModuleCost, LossOnBf16LogitsHalvesItsBytes) {
+  const ModelSpec model = load_model("llama3-8b");
+  const Module* loss = find_module(model.root, "loss");
+  ASSERT_NE(loss, nullptr);
+  const double tokens = 8192, vocab = 128256;
+  BatchShape shape{.micro_batch = 2, .seq_len = 4096, .stack = Stack::torch_compile};
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
+                   (4.0 * vocab + 8.0) * tokens);
+  shape.upcast_logits = false;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
+                   (2.0 * vocab + 8.0) * tokens);
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 4.0 * vocab * tokens);
+  shape.stack = Stack::megatron_te;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
+                   (4.0 * vocab + 8.0) * tokens);
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 2.0 * vocab * tokens);
+}
+
 // FP8 casts by hand on a Llama 3 8B layer: 4 bytes per element of every matmul input in
 // forward (q, k, v and the two MLP projections read h, o reads q = h, down reads F: 6h + F)
 // and of every output gradient in backward (q h, k and v kv each, o h, gate and up F each,

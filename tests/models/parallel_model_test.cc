@@ -121,6 +121,29 @@ TEST(ParallelModel, GatheredLogitsKeepTheWholeVocabulary) {
   }
 }
 
+// A replicated embedding (KempnerForge's TP plan) holds all V' rows on every TP rank, runs
+// no forward collective (each rank looks up every token; the sequence-parallel norm
+// slices), and all-gathers the output's gradient in backward; the vocabulary-parallel one
+// holds V'/t rows and reduce-scatters its partial sums in forward.
+TEST(ParallelModel, ReplicatedEmbeddingKeepsEveryRowOnEveryTpRank) {
+  const ModelSpec whole = load_model("llama3-8b");
+  const BatchShape shape{.micro_batch = 1, .seq_len = 4096};
+  const int64_t padded = padded_vocab_size(128256, 4);
+  for (const bool split : {true, false}) {
+    const ModelSpec rank = parallel_model(
+        whole, {.tp = 4, .sequence_parallel = true, .vocab_parallel_embedding = split});
+    const Module* embed = find_module(rank.root, "embed_tokens");
+    ASSERT_NE(embed, nullptr);
+    ASSERT_EQ(embed->parameters.size(), 1u);
+    EXPECT_EQ(embed->parameters[0].shape[0], split ? padded / 4 : padded);
+    ASSERT_EQ(embed->cost.comms.size(), split ? 2u : 1u);
+    const ModuleComm& first = embed->cost.comms[0];
+    EXPECT_EQ(first.phase, split ? CommPhase::forward : CommPhase::backward);
+    EXPECT_EQ(first.kind, split ? CommKind::reduce_scatter : CommKind::all_gather);
+    EXPECT_DOUBLE_EQ(comm_bytes(*embed, first, shape), 2.0 * 4096 * 4096);
+  }
+}
+
 TEST(ParallelModel, FlopsAreSharedByTheTpTimesCpRanks) {
   const ModelSpec whole = build_transformer(gpt(), "gpt", "test");
   const BatchShape full{.micro_batch = 2, .seq_len = 4096};

@@ -81,7 +81,9 @@ TEST(FsdpConfig, RoundTripsThroughJson) {
                    {"stack", "torch-eager"},
                    {"sdpa_backend", "flash"},
                    {"offload_activations", 3},
-                   {"fused_rms_norm", false}};
+                   {"fused_rms_norm", false},
+                   {"upcast_logits", false},
+                   {"vocab_parallel_embedding", false}};
   const FsdpConfig c = fsdp_config_from_json(in, "cfg");
   EXPECT_EQ(fsdp_config_to_json(c), in);
   EXPECT_EQ(fsdp_config_to_json(fsdp_config_from_json(fsdp_config_to_json(c), "again")), in);
@@ -95,6 +97,37 @@ TEST(FsdpConfig, OverridesParseJsonOrFallBackToText) {
   EXPECT_EQ(config["recompute"], "full");
   EXPECT_EQ(config["async_reduce"], false);
   EXPECT_EQ(config["unit_modules"], json::array({"layers.*"}));
+}
+
+TEST(FsdpConfig, NoSyncRoundTripsThroughJson) {
+  const FsdpConfig c = fsdp_config_from_json(
+      {{"stack", "torch-compile"}, {"grad_accum", 4}, {"no_sync", true}}, "cfg");
+  EXPECT_TRUE(c.no_sync);
+  EXPECT_TRUE(c.upcast_logits);
+  const json out = fsdp_config_to_json(c);
+  EXPECT_EQ(out.at("no_sync"), true);
+  EXPECT_TRUE(fsdp_config_from_json(out, "again").no_sync);
+  EXPECT_FALSE(
+      fsdp_config_to_json(fsdp_config_from_json(json::object(), "cfg")).contains("no_sync"));
+}
+
+// PyTorch's optimizers keep their states in the stepped parameter's dtype; Megatron's
+// distributed optimizer in fp32. no_sync accumulates in reduce_dtype when it differs from
+// param_dtype (FSDP2's to_accumulated_grad_if_needed), else in param_dtype.
+TEST(FsdpConfig, OptimizerStateAndAccumulatorDtypes) {
+  EXPECT_EQ(optimizer_state_dtype(fsdp_config_from_json({{"main_param_dtype", "bf16"}}, "c")),
+            DType::fp32);
+  const FsdpConfig bf16_master = fsdp_config_from_json(
+      {{"stack", "torch-compile"}, {"main_param_dtype", "bf16"}, {"grad_reduce_dtype", "fp32"}},
+      "c");
+  EXPECT_EQ(optimizer_state_dtype(bf16_master), DType::bf16);
+  EXPECT_EQ(bf16_master.main_grad_dtype, DType::bf16);
+  EXPECT_EQ(accumulated_grad_dtype(bf16_master), DType::fp32);
+  EXPECT_EQ(optimizer_state_dtype(fsdp_config_from_json({{"stack", "torch-eager"}}, "c")),
+            DType::fp32);
+  const FsdpConfig bf16_reduce =
+      fsdp_config_from_json({{"stack", "torch-eager"}, {"grad_reduce_dtype", "bf16"}}, "c");
+  EXPECT_EQ(accumulated_grad_dtype(bf16_reduce), DType::bf16);
 }
 
 TEST(FsdpConfig, OverrideErrors) {
@@ -155,6 +188,41 @@ INSTANTIATE_TEST_SUITE_P(
                   "/sdpa_backend",
                   "unknown sdpa_backend value"},
         BadConfig{"negative_offload", {{"offload_activations", -1}}, "/offload_activations", ""},
+        BadConfig{"no_sync_on_megatron",
+                  {{"no_sync", true}, {"grad_accum", 2}},
+                  "/no_sync",
+                  "Megatron-FSDP reduces every micro-batch"},
+        BadConfig{"no_sync_zero2",
+                  {{"stack", "torch-compile"},
+                   {"sharding_strategy", "optim_grads"},
+                   {"no_sync", true},
+                   {"grad_accum", 2}},
+                  "/no_sync",
+                  "needs sharding_strategy optim_grads_params (got optim_grads)"},
+        BadConfig{"no_sync_one_micro_batch",
+                  {{"stack", "torch-compile"}, {"no_sync", true}},
+                  "/no_sync",
+                  "with grad_accum 1 there is nothing to defer"},
+        BadConfig{"no_sync_double_buffer",
+                  {{"stack", "torch-compile"},
+                   {"no_sync", true},
+                   {"grad_accum", 2},
+                   {"double_buffer", true}},
+                  "/no_sync",
+                  "double_buffer"},
+        BadConfig{"no_sync_not_a_bool", {{"no_sync", 1}}, "/no_sync", "expected true or false"},
+        BadConfig{"replicated_embedding_without_tp",
+                  {{"stack", "torch-compile"}, {"vocab_parallel_embedding", false}},
+                  "/vocab_parallel_embedding",
+                  "set tp > 1"},
+        BadConfig{"replicated_embedding_on_megatron",
+                  {{"tp", 2}, {"vocab_parallel_embedding", false}},
+                  "/vocab_parallel_embedding",
+                  "VocabParallelEmbedding"},
+        BadConfig{"upcast_on_megatron",
+                  {{"upcast_logits", false}},
+                  "/upcast_logits",
+                  "Megatron's fused cross entropy"},
         BadConfig{"negative_outer", {{"dp_outer", -2}}, "/dp_outer", "must be positive"},
         BadConfig{"zero_micro_batch", {{"micro_batch", 0}}, "/micro_batch", "must be positive"},
         BadConfig{"zero_grad_accum", {{"grad_accum", 0}}, "/grad_accum", "must be positive"},
