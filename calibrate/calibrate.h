@@ -9,6 +9,7 @@
 #include "models/cluster_spec.h"
 #include "planner/plan.h"
 #include "traces/timeline.h"
+#include "traces/trace_import.h"
 
 namespace shardplan {
 
@@ -105,9 +106,29 @@ struct ProbeFile {
 };
 ProbeFile read_probe_file(const std::string& path);
 
-// The collectives of every step of a profiler trace whose collective, size and group size
-// are known, as samples; ranks fill nodes of `gpus_per_node` in order.
-std::vector<CollectiveSample> trace_collectives(const std::string& path, int64_t gpus_per_node);
+// What calibration takes from a profiler trace, every step of it: the collectives whose
+// collective, size and group size are known, as samples (ranks fill nodes of
+// `gpus_per_node` in order), and each step's compute kernel time by class.
+struct TracedStep {
+  std::string where;  // "rank0.json ProfilerStep#4"
+  KernelClassSeconds kernels;
+};
+struct TraceMeasurements {
+  std::vector<CollectiveSample> collectives;
+  std::vector<TracedStep> steps;
+  int64_t num_gpus = 0;  // the world size the trace names; 0 when it does not
+};
+TraceMeasurements read_trace_measurements(const std::string& path, int64_t gpus_per_node);
+
+// Compute from profiler traces of the job `plan` describes: per step, the kernel time of
+// each class (GEMM, FP8 GEMM, attention, elementwise with the device copies and sets,
+// optimizer; classify_kernel) against
+// the plan's step work of that class at full efficiency; each efficiency is the ratio of
+// the summed work to the summed time (least squares on each class's per-step times, in
+// seconds). The kernels' time includes any slowdown from overlapping communication.
+// A trace with a world size other than the plan's is refused. Edits cluster.compute.
+void fit_trace_compute(ClusterSpec& cluster, const Plan& plan, const std::vector<TracedStep>& steps,
+                       const std::string& label, CalibrationReport& report);
 
 // GEMM efficiency from the probe's GEMMs (FLOPs ÷ the power-limited BF16 peak) and
 // elementwise efficiency from its copies (bytes ÷ the measured HBM bandwidth), each one

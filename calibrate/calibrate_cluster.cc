@@ -48,6 +48,10 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   if (!inputs.measured.empty() && inputs.plan.empty()) {
     throw InputError("", "--plan", "--measured timelines need the plan.json they ran");
   }
+  if (!inputs.plan.empty() && inputs.measured.empty() && inputs.traces.empty()) {
+    throw InputError("", "--plan",
+                     "says which job --measured timelines or --trace profiles ran: give them");
+  }
   std::vector<CollectiveSample> samples;
   std::vector<std::string> collective_sources;
   std::optional<NcclAlgorithm> algorithm;
@@ -73,11 +77,28 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
                                              collective_name(log.op), log.ranks, log.nodes,
                                              log.nodes == 1 ? "" : "s"));
   }
+  std::vector<TracedStep> traced_steps;
+  std::optional<Plan> plan;
+  if (!inputs.plan.empty()) plan = read_plan_file(inputs.plan);
   for (const std::string& path : inputs.traces) {
-    const std::vector<CollectiveSample> traced =
-        trace_collectives(path, result.cluster.gpus_per_node);
-    samples.insert(samples.end(), traced.begin(), traced.end());
-    collective_sources.push_back(fmt::format("{} ({} NCCL kernels)", path, traced.size()));
+    TraceMeasurements traced = read_trace_measurements(path, result.cluster.gpus_per_node);
+    if (traced.collectives.empty() && !plan) {
+      throw InputError(path, "collectives",
+                       "no NCCL kernel with a known collective, size and group size to fit "
+                       "(with --plan, its compute kernels are fitted too)");
+    }
+    if (plan && traced.num_gpus > 0 && traced.num_gpus != plan->num_gpus) {
+      throw InputError(path, "distributedInfo",
+                       fmt::format("the trace ran on {} GPUs, {} is a plan for {}: calibrate "
+                                   "compute against the plan of the job the trace recorded",
+                                   traced.num_gpus, inputs.plan, plan->num_gpus));
+    }
+    samples.insert(samples.end(), traced.collectives.begin(), traced.collectives.end());
+    if (!traced.collectives.empty()) {
+      collective_sources.push_back(
+          fmt::format("{} ({} NCCL kernels)", path, traced.collectives.size()));
+    }
+    traced_steps.insert(traced_steps.end(), traced.steps.begin(), traced.steps.end());
   }
   std::vector<std::pair<std::string, std::vector<ProbeKernel>>> kernels;
   for (const std::string& path : inputs.probes) {
@@ -91,6 +112,7 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   auto cite = [&](std::size_t first, const std::string& what) {
     for (std::size_t i = first; i < result.report.constants.size(); ++i) {
       const FittedConstant& c = result.report.constants[i];
+      if (!c.fitted) continue;  // kept: its own source still holds
       out["sources"][c.name] = fmt::format(
           "shardplan calibrate: fitted by least squares to {} ({} points, {:.4g} before){}", what,
           c.points, c.before, c.note.empty() ? "" : "; " + c.note);
@@ -110,12 +132,20 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
         "squares to {} measured collectives from {}",
         samples.size(), joined(collective_sources));
   }
+  if (plan && !traced_steps.empty()) {
+    const std::size_t first = result.report.constants.size();
+    const std::string traces = joined(inputs.traces);
+    fit_trace_compute(result.cluster, *plan, traced_steps, traces, result.report);
+    cite(first, fmt::format("the compute kernels by class of {} profiled steps of {} against "
+                            "the work of {}",
+                            traced_steps.size(), traces, inputs.plan));
+    compute_fitted = true;
+  }
   if (!inputs.measured.empty()) {
-    const Plan plan = read_plan_file(inputs.plan);
     for (const std::string& path : inputs.measured) {
       const Timeline t = timeline_from_json(read_json_file(path), path);
       const std::size_t first = result.report.constants.size();
-      fit_compute(result.cluster, plan, t, path, result.report);
+      fit_compute(result.cluster, *plan, t, path, result.report);
       cite(first, fmt::format("the compute ops {} measured for {}", path, inputs.plan));
     }
     compute_fitted = true;

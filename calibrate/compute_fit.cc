@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "calibrate/calibrate.h"
 #include "calibrate/fit_stats.h"
@@ -94,7 +95,7 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
                  const std::string& label, CalibrationReport& report) {
   check_same_plan(plan, measured, label);
   const ClusterSpec before = cluster;
-  const bool sdpa = plan.config.stack != Stack::megatron_te;
+  const bool sdpa = sdpa_attention(plan.config);
   std::vector<std::pair<double, double>> busy;
   for (const TimelineOp& t : measured.ops) {
     if (is_collective(plan.ops[static_cast<std::size_t>(t.op)].kind) && t.end > t.start)
@@ -278,6 +279,113 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
                              .rms_after = std::abs(step_after / step - 1),
                              .worst_before = step_before / step - 1,
                              .worst_after = step_after / step - 1});
+  }
+}
+
+}  // namespace shardplan
+
+namespace shardplan {
+
+void fit_trace_compute(ClusterSpec& cluster, const Plan& plan, const std::vector<TracedStep>& steps,
+                       const std::string& label, CalibrationReport& report) {
+  if (steps.empty()) throw InputError(label, "traceEvents", "no profiler step to fit");
+  // The plan's work per class over one step, at efficiency 1.
+  ComputeWork planned;
+  for (const PlanOp& op : plan.ops) {
+    if (!is_compute(op)) continue;
+    const ComputeWork w = compute_work(plan, op, cluster);
+    planned.bf16_gemm += w.bf16_gemm;
+    planned.fp8_gemm += w.fp8_gemm;
+    planned.attention += w.attention;
+    planned.memory += w.memory;
+    planned.optimizer += w.optimizer;
+  }
+  const bool sdpa = sdpa_attention(plan.config);
+  const ComputeSpec before = cluster.compute;
+  const std::array<double, kClasses> work = class_work(planned);
+  auto measured_of = [](const KernelClassSeconds& k, Class c) {
+    switch (c) {
+      case kBf16Gemm:
+        return k.gemm;
+      case kFp8Gemm:
+        return k.fp8_gemm;
+      case kAttention:
+        return k.attention;
+      case kMemory:  // device copies and sets are memory-bound work too
+        return k.elementwise + k.copies;
+      default:
+        return k.optimizer;
+    }
+  };
+  std::vector<double> step_measured, step_before, step_after;
+  for (const TracedStep& s : steps) {
+    double total = 0;
+    for (int c = 0; c < kClasses; ++c) total += measured_of(s.kernels, static_cast<Class>(c));
+    step_measured.push_back(total);
+  }
+  for (int ci = 0; ci < kClasses; ++ci) {
+    const auto c = static_cast<Class>(ci);
+    const double planned_work = work[static_cast<std::size_t>(ci)];
+    std::vector<double> times;
+    double sum = 0;
+    for (const TracedStep& s : steps) {
+      times.push_back(measured_of(s.kernels, c));
+      sum += times.back();
+    }
+    double& eff = efficiency_of(cluster.compute, c, sdpa);
+    const double old = eff;
+    if (planned_work <= 0 && sum <= 0) continue;
+    FittedConstant fitted{.name = class_name(c, sdpa),
+                          .unit = "",
+                          .before = old,
+                          .after = old,
+                          .points = static_cast<int64_t>(steps.size()),
+                          .r2 = std::numeric_limits<double>::quiet_NaN(),
+                          .rms_relative_error = 0,
+                          .fitted = false};
+    if (planned_work <= 0) {
+      fitted.note = fmt::format(
+          "the trace has {:.4g} s of these kernels per step that the plan has no work for: "
+          "kept (is the trace of another job?)",
+          sum / static_cast<double>(steps.size()));
+    } else if (sum <= 0) {
+      fitted.note = "no kernels of this class in the trace: kept";
+    } else {
+      // Least squares of work ÷ efficiency against each step's time of the class, in
+      // seconds: 1 ÷ efficiency = Σ time ÷ (steps × work).
+      double value = planned_work * static_cast<double>(steps.size()) / sum;
+      if (value > 1.0) {
+        value = 1.0;
+        fitted.note = "measured above the peak: clamped to 1";
+      }
+      eff = value;
+      std::vector<double> predicted(times.size(), planned_work / eff), errors;
+      for (std::size_t i = 0; i < times.size(); ++i) errors.push_back(predicted[i] / times[i] - 1);
+      fitted.after = eff;
+      fitted.fitted = true;
+      fitted.rms_relative_error = rms_of(errors);
+      if (times.size() >= 3) fitted.r2 = r_squared(times, predicted);
+    }
+    report.constants.push_back(std::move(fitted));
+  }
+  auto predicted_compute = [&](const ComputeSpec& e) {
+    ComputeWork w = planned;
+    w.sdpa = sdpa;
+    return compute_seconds(w, e);
+  };
+  std::vector<double> errors_before, errors_after;
+  for (double m : step_measured) {
+    if (m <= 0) continue;
+    errors_before.push_back(predicted_compute(before) / m - 1);
+    errors_after.push_back(predicted_compute(cluster.compute) / m - 1);
+  }
+  if (!errors_before.empty()) {
+    report.checks.push_back({.what = fmt::format("compute kernel time per step ({})", label),
+                             .points = static_cast<int64_t>(errors_before.size()),
+                             .rms_before = rms_of(errors_before),
+                             .rms_after = rms_of(errors_after),
+                             .worst_before = worst_of(errors_before),
+                             .worst_after = worst_of(errors_after)});
   }
 }
 

@@ -109,7 +109,8 @@ Command add_calibrate_command(CLI::App& app) {
       "ring | tree | nvls: the NCCL_ALGO the logs ran with (default: NCCL chose)");
   calibrate->add_option("--probe", p.probes, "probe.json from shardplan probe");
   calibrate->add_option("--trace", p.traces,
-                        "a PyTorch profiler trace: its NCCL kernels' sizes and times, every step");
+                        "a PyTorch profiler trace: its NCCL kernels' sizes and times, every step; "
+                        "with --plan (the job it recorded), its compute kernels' time by class");
   calibrate->add_option("--plan", p.plan, "plan.json the --measured timelines ran");
   calibrate->add_option("--measured", p.measured, "timeline.json from shardplan execute");
   calibrate->add_option("-o,--output", p.output, "write the calibrated cluster file");

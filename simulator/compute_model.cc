@@ -12,12 +12,15 @@ RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
           std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
 }
 
+bool sdpa_attention(const FsdpConfig& config) {
+  return config.stack != Stack::megatron_te && config.sdpa_backend == SdpaBackend::flash;
+}
+
 ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
   const GpuSpec& gpu = cluster.gpu;
   ComputeWork w;
   // FlashAttention-2 on the torch stacks' SDPA; cuDNN's attention is Transformer Engine's.
-  w.sdpa =
-      plan.config.stack != Stack::megatron_te && plan.config.sdpa_backend == SdpaBackend::flash;
+  w.sdpa = sdpa_attention(plan.config);
   switch (op.kind) {
     case OpKind::forward:
     case OpKind::backward:

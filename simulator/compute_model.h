@@ -37,6 +37,9 @@ struct ComputeWork {
   bool sdpa = false;     // the torch stacks' attention
 };
 ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
+// Whether the config's attention runs at sdpa_attention_efficiency (FlashAttention-2 under
+// PyTorch's SDPA on the torch stacks) rather than attention_efficiency.
+bool sdpa_attention(const FsdpConfig& config);
 double compute_seconds(const ComputeWork& work, const ComputeSpec& efficiency);
 
 // Where the ranks of a process group sit: its members are `stride` ranks apart, so

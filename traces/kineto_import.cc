@@ -80,6 +80,7 @@ ImportedTrace import_kineto(const std::string& path, const KinetoTrace& trace,
   out.timeline = std::move(gpu.timeline);
   out.module_times = std::move(gpu.module_times);
   out.collectives = std::move(gpu.collectives);
+  out.kernel_seconds = gpu.kernel_seconds;
   append(out.warnings, std::move(gpu.warnings));
   for (double t : step_events.host_times) out.event_seconds.push_back(gpu.clock.seconds_at(t));
 

@@ -248,6 +248,7 @@ struct GpuActivity {
   Timeline timeline;  // "profiled": the step's kernels, copies and sets; no memory curve
   std::vector<ModuleTime> module_times;  // per traced module
   std::vector<ImportedCollective> collectives;
+  KernelClassSeconds kernel_seconds;
   GpuClock clock;
   std::vector<std::string> warnings;
 };

@@ -83,7 +83,8 @@ StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& la
   const JsonReader r(json, label);
   // A trace import's file carries what it measured beside the step; only the step is read.
   r.expect_only({"modules", "checkpointed", "grad_accum", "recompute", "events", "version",
-                 "source", "module_times", "collectives", "measured", "warnings"});
+                 "source", "module_times", "collectives", "measured", "kernel_seconds",
+                 "warnings"});
   StepTrace trace;
   trace.modules = r.strings("modules");
   if (trace.modules.empty()) r.fail("modules", "a step traces at least one module");

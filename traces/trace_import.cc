@@ -2,10 +2,29 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "models/error.h"
 #include "traces/kineto_reader.h"
 
 namespace shardplan {
+
+KernelClass classify_kernel(std::string_view full_name) {
+  std::string n(full_name);
+  std::transform(n.begin(), n.end(), n.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](std::string_view s) { return n.find(s) != std::string::npos; };
+  // Attention first: FlashAttention-3 and cuDNN's SDPA are CUTLASS / xmma kernels too.
+  if (has("flash") || has("fmha") || has("sdpa") || has("attn") || has("attention"))
+    return KernelClass::attention;
+  if (has("gemm") || has("xmma") || has("nvjet") || has("cutlass") || has("cublas") ||
+      has("cijk_") || has("wgmma") || has("gemv")) {
+    return has("e4m3") || has("e5m2") || has("fp8") ? KernelClass::fp8_gemm : KernelClass::gemm;
+  }
+  if (has("adam") || has("sgd") || has("lamb")) return KernelClass::optimizer;
+  return KernelClass::elementwise;
+}
 
 std::unique_ptr<TraceImporter> make_trace_importer(const std::string& format,
                                                    const std::string& path) {
@@ -73,6 +92,10 @@ nlohmann::json imported_trace_to_json(const ImportedTrace& in) {
                    {"memory_samples", in.timeline.memory.size()},
                    {"peak_allocated_bytes", s.peak_allocated_bytes},
                    {"peak_reserved_bytes", s.peak_reserved_bytes}};
+  const KernelClassSeconds& k = in.kernel_seconds;
+  j["kernel_seconds"] = {
+      {"gemm", k.gemm},           {"fp8_gemm", k.fp8_gemm},       {"attention", k.attention},
+      {"optimizer", k.optimizer}, {"elementwise", k.elementwise}, {"copies", k.copies}};
   j["warnings"] = in.warnings;
   return j;
 }

@@ -31,6 +31,26 @@ struct ImportedCollective {
   std::string phase;   // forward, backward, recompute, optimizer_step, other
 };
 
+// The step's GPU time on compute (not communication) by kernel class, from each kernel's
+// full name (classify_kernel): what calibration fits a cluster's efficiencies to.
+struct KernelClassSeconds {
+  double gemm = 0;         // cuBLAS / CUTLASS / hipBLASLt matmuls in bf16, fp16 or fp32
+  double fp8_gemm = 0;     // the same with FP8 (e4m3 / e5m2) operands
+  double attention = 0;    // fused attention (FlashAttention, cuDNN SDPA, fmha, Triton attn)
+  double optimizer = 0;    // kernels launched in the optimizer's step, or named for one
+  double elementwise = 0;  // every other kernel: norms, activations, casts, reductions
+  double copies = 0;       // memcpy and memset activities (not kernels)
+};
+enum class KernelClass { gemm, fp8_gemm, attention, optimizer, elementwise };
+// The class of a compute kernel by its full (demangled) name; lower-case matching of
+// vendor names: "flash", "fmha", "sdpa", "attn", "attention" -> attention; "gemm", "xmma",
+// "nvjet", "cutlass", "cublas", "cijk_", "wgmma", "gemv" -> a GEMM (FP8 with "e4m3",
+// "e5m2" or "fp8" in it); "adam", "sgd", "lamb" -> optimizer; anything else ->
+// elementwise. The importer also counts every kernel launched inside the optimizer's step
+// (Optimizer.step#...) as optimizer work: foreach kernels (multi_tensor_apply) serve
+// FSDP2's copy-ins as well as the optimizer, so only the phase tells them apart.
+KernelClass classify_kernel(std::string_view full_name);
+
 // GPU time spent for a traced module (kernels, copies and sets launched on its behalf).
 struct ModuleTime {
   double forward_seconds = 0;
@@ -53,6 +73,7 @@ struct ImportedTrace {
   std::vector<double> event_seconds;
   std::vector<ModuleTime> module_times;  // per trace.modules entry
   std::vector<ImportedCollective> collectives;
+  KernelClassSeconds kernel_seconds;  // compute kernels' time by class
   Timeline timeline;                  // source "profiled": ops are the step's GPU activities
   std::vector<std::string> warnings;  // what the trace lacks, said instead of guessed
 };

@@ -64,6 +64,17 @@ TEST_F(KinetoGpu, LaunchesAreAttributedByWhatIsAroundThem) {
   EXPECT_EQ(attribute_launch(trace_.events, step_, cpu_, calls_, 2, 10).phase, "other");
 }
 
+// Compute kernels' time by class: the three GEMMs of the step, the one launched inside
+// Optimizer.step counted as optimizer work whatever its name, the NCCL kernel not at all.
+TEST_F(KinetoGpu, KernelTimeByClass) {
+  const KernelClassSeconds k = import().kernel_seconds;
+  EXPECT_NEAR(k.gemm, 25e-6, 1e-12);
+  EXPECT_NEAR(k.optimizer, 10e-6, 1e-12);
+  EXPECT_EQ(k.attention, 0.0);
+  EXPECT_EQ(k.elementwise, 0.0);
+  EXPECT_EQ(k.copies, 0.0);
+}
+
 TEST_F(KinetoGpu, TheStepsActivitiesByGpuStart) {
   const GpuActivity gpu = import();
   const Timeline& tl = gpu.timeline;
