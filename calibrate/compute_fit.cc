@@ -303,19 +303,12 @@ void fit_trace_compute(ClusterSpec& cluster, const Plan& plan, const std::vector
   const bool sdpa = sdpa_attention(plan.config);
   const ComputeSpec before = cluster.compute;
   const std::array<double, kClasses> work = class_work(planned);
+  // Measured seconds per class, in class_work's order; device copies and sets are
+  // memory-bound work too.
   auto measured_of = [](const KernelClassSeconds& k, Class c) {
-    switch (c) {
-      case kBf16Gemm:
-        return k.gemm;
-      case kFp8Gemm:
-        return k.fp8_gemm;
-      case kAttention:
-        return k.attention;
-      case kMemory:  // device copies and sets are memory-bound work too
-        return k.elementwise + k.copies;
-      default:
-        return k.optimizer;
-    }
+    const std::array<double, kClasses> t = {k.gemm, k.fp8_gemm, k.attention,
+                                            k.elementwise + k.copies, k.optimizer};
+    return t[static_cast<std::size_t>(c)];
   };
   std::vector<double> step_measured, step_before, step_after;
   for (const TracedStep& s : steps) {

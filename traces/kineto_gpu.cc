@@ -308,25 +308,8 @@ GpuActivity import_gpu_activity(const KinetoTrace& trace, const KinetoStep& step
       if (!is_kernel(e)) {
         k.copies += seconds;
       } else {
-        const KernelClass c =
-            owner.phase == "optimizer_step" ? KernelClass::optimizer : classify_kernel(e.name);
-        switch (c) {
-          case KernelClass::gemm:
-            k.gemm += seconds;
-            break;
-          case KernelClass::fp8_gemm:
-            k.fp8_gemm += seconds;
-            break;
-          case KernelClass::attention:
-            k.attention += seconds;
-            break;
-          case KernelClass::optimizer:
-            k.optimizer += seconds;
-            break;
-          case KernelClass::elementwise:
-            k.elementwise += seconds;
-            break;
-        }
+        k.of(owner.phase == "optimizer_step" ? KernelClass::optimizer : classify_kernel(e.name)) +=
+            seconds;
       }
       if (owner.module >= 0)
         add_module_time(op, owner.phase, out.module_times[static_cast<std::size_t>(owner.module)]);

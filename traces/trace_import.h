@@ -33,6 +33,7 @@ struct ImportedCollective {
 
 // The step's GPU time on compute (not communication) by kernel class, from each kernel's
 // full name (classify_kernel): what calibration fits a cluster's efficiencies to.
+enum class KernelClass { gemm, fp8_gemm, attention, optimizer, elementwise };
 struct KernelClassSeconds {
   double gemm = 0;         // cuBLAS / CUTLASS / hipBLASLt matmuls in bf16, fp16 or fp32
   double fp8_gemm = 0;     // the same with FP8 (e4m3 / e5m2) operands
@@ -40,8 +41,22 @@ struct KernelClassSeconds {
   double optimizer = 0;    // kernels launched in the optimizer's step, or named for one
   double elementwise = 0;  // every other kernel: norms, activations, casts, reductions
   double copies = 0;       // memcpy and memset activities (not kernels)
+
+  double& of(KernelClass c) {
+    switch (c) {
+      case KernelClass::gemm:
+        return gemm;
+      case KernelClass::fp8_gemm:
+        return fp8_gemm;
+      case KernelClass::attention:
+        return attention;
+      case KernelClass::optimizer:
+        return optimizer;
+      default:
+        return elementwise;
+    }
+  }
 };
-enum class KernelClass { gemm, fp8_gemm, attention, optimizer, elementwise };
 // The class of a compute kernel by its full (demangled) name; lower-case matching of
 // vendor names: "flash", "fmha", "sdpa", "attn", "attention" -> attention; "gemm", "xmma",
 // "nvjet", "cutlass", "cublas", "cijk_", "wgmma", "gemv" -> a GEMM (FP8 with "e4m3",
