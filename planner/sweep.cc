@@ -118,6 +118,7 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
   s.fp8 = {fp8_compute(base)};
   s.double_buffer = {false};
   s.allocators = {base.allocator};  // the allocator the job runs with (expandable, ...)
+  s.no_sync = {base.no_sync};
   return s;
 }
 
@@ -126,7 +127,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   const JsonReader r(json, label);
   r.expect_only({"tp", "cp", "sharding_strategy", "dp_outer", "outer_strategy", "bucket_bytes",
                  "prefetch", "recompute", "micro_batch", "global_batch_sequences",
-                 "global_batch_tokens", "fp8", "double_buffer", "allocator"});
+                 "global_batch_tokens", "fp8", "double_buffer", "allocator", "no_sync"});
   auto named = [&](auto parse, auto names, const char* what) {
     return [&, parse, names, what](const nlohmann::json& v, const std::string& path) {
       if (!v.is_string()) r.fail(path, "expected a name");
@@ -189,6 +190,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   }
   if (r.has("fp8")) s.fp8 = parse_list<bool>(r, "fp8", boolean);
   if (r.has("double_buffer")) s.double_buffer = parse_list<bool>(r, "double_buffer", boolean);
+  if (r.has("no_sync")) s.no_sync = parse_list<bool>(r, "no_sync", boolean);
   if (r.has("allocator")) {
     s.allocators =
         parse_list<Allocator>(r, "allocator",
@@ -202,7 +204,7 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   for (const std::size_t n :
        {s.tp.size(), s.cp.size(), s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(),
         s.bucket_bytes.size(), s.prefetch.size(), s.recompute.size(), s.micro_batches.size(),
-        s.fp8.size(), s.double_buffer.size(), s.allocators.size()}) {
+        s.fp8.size(), s.double_buffer.size(), s.allocators.size(), s.no_sync.size()}) {
     configs = std::min<int64_t>(configs * static_cast<int64_t>(std::max<std::size_t>(n, 1)),
                                 kMaxConfigs + 1);
   }
@@ -237,32 +239,35 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
                     for (bool fp8 : space.fp8) {
                       for (bool double_buffer : space.double_buffer) {
                         for (Allocator allocator : space.allocators) {
-                          FsdpConfig c = mesh;
-                          c.sharding_strategy = strategy;
-                          c.dp_outer = outer;
-                          // 0: resolve infers it, or says why the mesh does not tile.
-                          c.dp_shard = 0;
-                          c.outer_strategy = outer_strategy;
-                          c.bucket_bytes = bucket;
-                          c.forward_prefetch = c.backward_prefetch = prefetch;
-                          c.recompute = recompute;
-                          c.micro_batch = micro_batch;
-                          // The global batch fixes micro_batch × grad_accum per data-parallel
-                          // rank; 0 marks a micro-batch that does not divide it (reported
-                          // as invalid).
-                          const int64_t per_rank = dp_ranks > 0 ? batch / dp_ranks : 0;
-                          c.grad_accum = batch <= 0 ? base.grad_accum
-                                         : (dp_ranks > 0 && batch % dp_ranks == 0 &&
-                                            per_rank % micro_batch == 0)
-                                             ? per_rank / micro_batch
-                                             : 0;
-                          // FP8 GEMMs; under ZeRO-3 on FP8 weights (the only FP8 there
-                          // that Megatron-FSDP runs), else on bf16 weights.
-                          c.fp8 = fp8;
-                          c.fp8_param_gather = fp8 && sharding_traits(c).shard_params;
-                          c.double_buffer = double_buffer;
-                          c.allocator = allocator;
-                          out.push_back(std::move(c));
+                          for (bool no_sync : space.no_sync) {
+                            FsdpConfig c = mesh;
+                            c.sharding_strategy = strategy;
+                            c.dp_outer = outer;
+                            // 0: resolve infers it, or says why the mesh does not tile.
+                            c.dp_shard = 0;
+                            c.outer_strategy = outer_strategy;
+                            c.bucket_bytes = bucket;
+                            c.forward_prefetch = c.backward_prefetch = prefetch;
+                            c.recompute = recompute;
+                            c.micro_batch = micro_batch;
+                            // The global batch fixes micro_batch × grad_accum per data-parallel
+                            // rank; 0 marks a micro-batch that does not divide it (reported
+                            // as invalid).
+                            const int64_t per_rank = dp_ranks > 0 ? batch / dp_ranks : 0;
+                            c.grad_accum = batch <= 0 ? base.grad_accum
+                                           : (dp_ranks > 0 && batch % dp_ranks == 0 &&
+                                              per_rank % micro_batch == 0)
+                                               ? per_rank / micro_batch
+                                               : 0;
+                            // FP8 GEMMs; under ZeRO-3 on FP8 weights (the only FP8 there
+                            // that Megatron-FSDP runs), else on bf16 weights.
+                            c.fp8 = fp8;
+                            c.fp8_param_gather = fp8 && sharding_traits(c).shard_params;
+                            c.double_buffer = double_buffer;
+                            c.allocator = allocator;
+                            c.no_sync = no_sync;
+                            out.push_back(std::move(c));
+                          }
                         }
                       }
                     }
@@ -326,6 +331,7 @@ std::string describe_config(const FsdpConfig& c) {
     if (c.sdpa_backend == SdpaBackend::flash) text += "(fa2)";
   }
   if (c.double_buffer) text += " dbuf";
+  if (c.no_sync) text += " no_sync";
   if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);
   if (c.allocator != Allocator::caching) text += fmt::format(" {}", allocator_name(c.allocator));
   return text;

@@ -33,6 +33,9 @@ struct SearchSpace {
   std::vector<bool> fp8;
   std::vector<bool> double_buffer;
   std::vector<Allocator> allocators;
+  // PyTorch FSDP's no_sync accumulation (torch stacks, ZeRO-3, more than one micro-batch;
+  // elsewhere the point is invalid): fewer reduce-scatters against unsharded gradients.
+  std::vector<bool> no_sync;
 };
 
 // What a sweep covers with no flags: for transformer models every power-of-two tp up to
@@ -41,7 +44,7 @@ struct SearchSpace {
 // under 2 B parameters), every power-of-two dp_outer with both outer strategies, the
 // base bucket, prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a
 // global batch of 4 sequences per GPU, the base config's precision (FP8 only when it asks
-// for it) and allocator.
+// for it), allocator and no_sync.
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base);
 

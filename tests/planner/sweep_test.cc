@@ -159,6 +159,49 @@ TEST(Sweep, BoundHoldsForTorchLayoutAndActivationOffload) {
   EXPECT_GT(torch_layout, 0);
 }
 
+// no_sync in the space (torch stacks): valid only under ZeRO-3 with more than one
+// micro-batch; there it holds the unsharded accumulators (a higher peak than the same
+// point reducing every micro-batch) and runs fewer reduce-scatters (no slower); the
+// pruning bound stays below every simulated peak.
+TEST(Sweep, NoSyncIsAnAxisOfTheSpace) {
+  Fixture f;
+  f.base.stack = Stack::torch_compile;
+  f.base.main_grad_dtype = DType::fp32;
+  f.base.grad_reduce_dtype = DType::fp32;
+  SearchSpace s = f.space();
+  s.dp_outer = {1};
+  s.no_sync = {false, true};
+  const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  const SweepResult r = sweep_configs(f.model, f.cluster, configs, f.evaluate, {.prune = false});
+  std::map<std::string, const SweepPoint*> synced;
+  for (const SweepPoint& p : r.points) {
+    if (!p.config.no_sync && p.state == PointState::evaluated)
+      synced[describe_config(p.config)] = &p;
+  }
+  int compared = 0, refused = 0;
+  for (const SweepPoint& p : r.points) {
+    if (!p.config.no_sync) continue;
+    const bool applies = torch_fsdp_layout(p.config) && p.config.grad_accum > 1;
+    if (!applies) {
+      EXPECT_NE(p.state, PointState::evaluated) << describe_config(p.config);
+      refused += p.state == PointState::invalid;
+      continue;
+    }
+    ASSERT_EQ(p.state, PointState::evaluated) << describe_config(p.config) << p.reason;
+    EXPECT_LE(p.memory_lower_bound, static_cast<double>(p.summary.peak_allocated_bytes))
+        << describe_config(p.config);
+    std::string label = describe_config(p.config);
+    label.erase(label.find(" no_sync"), 8);
+    const auto twin = synced.find(label);
+    ASSERT_NE(twin, synced.end()) << label;
+    EXPECT_GT(p.summary.peak_allocated_bytes, twin->second->summary.peak_allocated_bytes) << label;
+    EXPECT_LE(p.summary.step_seconds, twin->second->summary.step_seconds * (1 + 1e-9)) << label;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_GT(refused, 0);
+}
+
 TEST(Sweep, ThreadCountChangesNothing) {
   Fixture f;
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
