@@ -88,10 +88,12 @@ struct ModuleCost {
   Footprint workspace_per_token;          // held while it runs, beyond what it saves (fused)
   Footprint pytorch_workspace_per_token;  // the same on the PyTorch stacks
   // The cross entropy on the PyTorch stacks when the logits stay in the activation dtype
-  // (upcast_logits false): what it saves and holds instead of the two above.
+  // (loss_kernel native or compiled): what it saves, and what it holds instead of the two
+  // above, eager and compiled.
   bool logits_loss = false;
   Footprint native_loss_saved_per_token;
   Footprint native_loss_workspace_per_token;
+  Footprint compiled_loss_workspace_per_token;
   bool bf16_under_fp8 = false;    // a GEMM that stays in BF16 when the job runs FP8
   Footprint input_per_token;      // activation entering the module (full recompute keeps it)
   double token_fraction = 1.0;    // share of tokens this module sees (MoE expert: k/E)

@@ -20,13 +20,19 @@ constexpr NameTable<Recompute, 5> kRecomputeNames = {{{Recompute::none, "none"},
                                                       {Recompute::sac_op, "sac_op"},
                                                       {Recompute::sac_layer, "sac_layer"}}};
 
+constexpr NameTable<LossKernel, 3> kLossKernels = {{{LossKernel::upcast, "upcast"},
+                                                    {LossKernel::native, "native"},
+                                                    {LossKernel::compiled, "compiled"}}};
+
 constexpr NameTable<Stack, 3> kStackNames = {{{Stack::megatron_te, "megatron-te"},
                                               {Stack::torch_compile, "torch-compile"},
                                               {Stack::torch_eager, "torch-eager"}}};
 
-// The PyTorch stacks' cross entropy on logits left in the activation dtype.
+// The PyTorch stacks' cross entropy on logits left in the activation dtype (eager or
+// compiled), rather than on an fp32 copy.
 bool native_loss(const Module& m, const BatchShape& shape) {
-  return m.cost.logits_loss && shape.stack != Stack::megatron_te && !shape.upcast_logits;
+  return m.cost.logits_loss && shape.stack != Stack::megatron_te &&
+         shape.loss_kernel != LossKernel::upcast;
 }
 
 // A module's effective token share: its own when it states one, else its parent's.
@@ -56,6 +62,16 @@ double own_forward_flops(const Module& m, const BatchShape& shape, bool causal_d
 
 std::string_view recompute_name(Recompute recompute) {
   return name_of(kRecomputeNames, recompute);
+}
+
+std::string_view loss_kernel_name(LossKernel k) {
+  return name_of(kLossKernels, k);
+}
+std::optional<LossKernel> parse_loss_kernel(std::string_view text) {
+  return value_of(kLossKernels, text);
+}
+std::vector<std::string> loss_kernel_names() {
+  return names_of(kLossKernels);
 }
 
 std::string_view stack_name(Stack stack) {
@@ -204,7 +220,9 @@ double workspace_bytes(const Module& module, const BatchShape& shape) {
   double largest = 0;
   std::function<void(const Module&, double)> visit = [&](const Module& m, double parent) {
     const double s = share(m, parent);
-    const Footprint& w = native_loss(m, shape) ? m.cost.native_loss_workspace_per_token
+    const Footprint& w = native_loss(m, shape) ? (shape.loss_kernel == LossKernel::compiled
+                                                      ? m.cost.compiled_loss_workspace_per_token
+                                                      : m.cost.native_loss_workspace_per_token)
                          : pytorch             ? m.cost.pytorch_workspace_per_token
                                                : m.cost.workspace_per_token;
     largest = std::max(largest, w.bytes(shape.activation_bytes) * tokens_of(shape) * s);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,17 @@ std::string_view stack_name(Stack stack);
 Stack parse_stack(std::string_view text, const std::string& file, const std::string& field);
 std::vector<std::string> stack_names();
 
+// How the PyTorch stacks run the cross entropy: upcast, eager on an fp32 copy of the
+// logits (torchtitan's cross_entropy(pred.float()), uncompiled before April 2025); native,
+// eager F.cross_entropy on the logits as the output layer leaves them (KempnerForge);
+// compiled, torch.compile of the loss (torchtitan with compile on since April 2025): one
+// fused kernel each way that keeps only the activation-dtype logits.
+enum class LossKernel { upcast, native, compiled };
+
+std::string_view loss_kernel_name(LossKernel k);
+std::optional<LossKernel> parse_loss_kernel(std::string_view text);
+std::vector<std::string> loss_kernel_names();
+
 // The shape of one micro-batch on one rank. Context parallelism splits each sequence over
 // `context_parallel` ranks: a rank holds seq_len / cp of its tokens, whose queries still
 // attend over all seq_len positions.
@@ -49,9 +61,7 @@ struct BatchShape {
   // Eager PyTorch runs RMSNorm as one fused kernel (since pytorch/pytorch#153666), not the
   // composite.
   bool fused_rms_norm = true;
-  // The PyTorch stacks' loss on fp32 logits (torchtitan's pred.float()); false: on the
-  // activation-dtype logits as they are.
-  bool upcast_logits = true;
+  LossKernel loss_kernel = LossKernel::upcast;  // the PyTorch stacks' cross entropy
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }

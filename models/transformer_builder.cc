@@ -628,10 +628,13 @@ ModelSpec build_transformer(const TransformerArch& a, std::string name, std::str
   loss.cost.pytorch_workspace_per_token = fixed(8.0 * loss_vocab);
   // F.cross_entropy on the bf16 logits themselves (KempnerForge's cross_entropy_loss, no
   // .float()): log_softmax saves its output in the logits' dtype, and backward holds the
-  // gradient of that output and the logits' gradient in it too.
+  // gradient of that output and the logits' gradient in it too. Compiled (inductor fuses
+  // the cast, log-softmax and NLL): it keeps the bf16 logits (with the fp32 log-sum-exp,
+  // within the 8 bytes of the label here) and backward writes their gradient in one kernel.
   loss.cost.logits_loss = true;
   loss.cost.native_loss_saved_per_token = elements_and_fixed(loss_vocab, 8.0);
   loss.cost.native_loss_workspace_per_token = elements(2.0 * loss_vocab);
+  loss.cost.compiled_loss_workspace_per_token = elements(loss_vocab);
   if (p.tp > 1 && !gathered_logits) {
     loss.cost.comms = {comm(CommPhase::forward, CommKind::all_reduce, MeshAxis::tp, fixed(4.0), 3)};
   }

@@ -180,7 +180,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "sdpa_backend",
                                                 "fused_rms_norm",
                                                 "no_sync",
-                                                "upcast_logits"};
+                                                "loss_kernel"};
   return keys;
 }
 
@@ -415,11 +415,18 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.sdpa_backend = parse_enum(r, "sdpa_backend", kSdpaBackends, c.sdpa_backend);
   c.fused_rms_norm = r.boolean_or("fused_rms_norm", c.fused_rms_norm);
   c.no_sync = r.boolean_or("no_sync", c.no_sync);
-  c.upcast_logits = r.boolean_or("upcast_logits", c.upcast_logits);
-  if (r.has("upcast_logits") && c.stack == Stack::megatron_te) {
-    r.fail("upcast_logits",
-           "picks the dtype PyTorch's cross entropy runs in on the torch stacks; Megatron's "
-           "fused cross entropy always works in fp32: set stack torch-compile or torch-eager");
+  if (r.has("loss_kernel")) {
+    const std::string text = r.string("loss_kernel");
+    const std::optional<LossKernel> value = parse_loss_kernel(text);
+    if (!value) {
+      r.fail("loss_kernel", unknown_name_message("loss_kernel value", text, loss_kernel_names()));
+    }
+    c.loss_kernel = *value;
+  }
+  if (r.has("loss_kernel") && c.stack == Stack::megatron_te) {
+    r.fail("loss_kernel",
+           "says how PyTorch runs the cross entropy on the torch stacks; Megatron's fused "
+           "cross entropy always works in fp32: set stack torch-compile or torch-eager");
   }
   if (r.has("fused_rms_norm") && c.stack != Stack::torch_eager) {
     r.fail("fused_rms_norm",
@@ -482,7 +489,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (c.stack != Stack::megatron_te) j["sdpa_backend"] = sdpa_backend_name(c.sdpa_backend);
   if (c.stack == Stack::torch_eager) j["fused_rms_norm"] = c.fused_rms_norm;
   if (c.no_sync) j["no_sync"] = true;
-  if (c.stack != Stack::megatron_te) j["upcast_logits"] = c.upcast_logits;
+  if (c.stack != Stack::megatron_te) j["loss_kernel"] = loss_kernel_name(c.loss_kernel);
   return j;
 }
 

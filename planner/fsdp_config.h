@@ -88,9 +88,8 @@ struct FsdpConfig {
   // (FSDP1's no_sync()) on every micro-batch but the last: no reduce-scatter until then,
   // each unit's unsharded gradients summed on the GPU across micro-batches.
   bool no_sync = false;
-  // torch stacks: the loss on fp32 logits (torchtitan's cross_entropy(pred.float())), or
-  // F.cross_entropy on the bf16 logits as the output layer leaves them.
-  bool upcast_logits = true;
+  // torch stacks: how the cross entropy runs (models/module_cost.h).
+  LossKernel loss_kernel = LossKernel::upcast;
 };
 
 // Whether the config runs sequence parallelism: as set, else when tp > 1.

@@ -36,7 +36,7 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .fp8 = fp8_compute(c),
                     .stack = c.stack,
                     .fused_rms_norm = c.fused_rms_norm,
-                    .upcast_logits = c.upcast_logits};
+                    .loss_kernel = c.loss_kernel};
 }
 
 }  // namespace shardplan

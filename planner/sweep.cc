@@ -329,6 +329,8 @@ std::string describe_config(const FsdpConfig& c) {
   if (c.stack != Stack::megatron_te) {
     text += fmt::format(" {}", stack_name(c.stack));
     if (c.sdpa_backend == SdpaBackend::flash) text += "(fa2)";
+    if (c.loss_kernel != LossKernel::upcast)
+      text += fmt::format(" {}-loss", loss_kernel_name(c.loss_kernel));
   }
   if (c.double_buffer) text += " dbuf";
   if (c.no_sync) text += " no_sync";

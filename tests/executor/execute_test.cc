@@ -79,31 +79,32 @@ std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
 // is tested in-process (collective_parts_test.cc).
 INSTANTIATE_TEST_SUITE_P(
     Strategies, ExecuteCpu,
-    ::testing::Values(
-        Case{2, {"sharding_strategy=no_shard"}}, Case{2, {"sharding_strategy=optim"}},
-        Case{2, {"sharding_strategy=optim_grads_params", "recompute=full"}},
-        Case{4, {"dp_outer=2"}}, Case{4, {"dp_outer=2", "outer_strategy=optim"}},
-        // PyTorch FSDP's layout: fp32 shards cast into bf16 (FP8) gathers, the
-        // step's gradients made by its first reduction; HSDP over them.
-        Case{2, {"stack=torch-eager"}}, Case{2, {"stack=torch-compile", "fp8_param_gather=true"}},
-        Case{4, {"stack=torch-compile", "dp_outer=2"}},
-        // no_sync: each unit's gradients summed unsharded across micro-batches
-        // (fp32 accumulators; bf16 ones with bf16 master weights and reduction)
-        // and reduce-scattered once, in the last.
-        Case{2, {"stack=torch-compile", "no_sync=true"}},
-        Case{4,
-             {"stack=torch-eager", "no_sync=true", "main_param_dtype=bf16",
-              "grad_reduce_dtype=bf16", "dp_outer=2"}},
-        // KempnerForge's layout: bf16 master weights and gradients reduced in
-        // fp32 (each shard's sums cast to bf16), no_sync, TP with the
-        // embedding replicated, the loss on bf16 logits.
-        Case{4,
-             {"stack=torch-compile", "main_param_dtype=bf16", "grad_reduce_dtype=fp32",
-              "no_sync=true", "tp=2", "vocab_parallel_embedding=false", "upcast_logits=false",
-              "seq_len=512"}},
-        // Activation offload: two layers' saved bytes to host and back, checked
-        // against what their forward wrote.
-        Case{2, {"offload_activations=2"}}, Case{2, {"offload_activations=3", "recompute=full"}}),
+    ::testing::Values(Case{2, {"sharding_strategy=no_shard"}}, Case{2, {"sharding_strategy=optim"}},
+                      Case{2, {"sharding_strategy=optim_grads_params", "recompute=full"}},
+                      Case{4, {"dp_outer=2"}}, Case{4, {"dp_outer=2", "outer_strategy=optim"}},
+                      // PyTorch FSDP's layout: fp32 shards cast into bf16 (FP8) gathers, the
+                      // step's gradients made by its first reduction; HSDP over them.
+                      Case{2, {"stack=torch-eager"}},
+                      Case{2, {"stack=torch-compile", "fp8_param_gather=true"}},
+                      Case{4, {"stack=torch-compile", "dp_outer=2"}},
+                      // no_sync: each unit's gradients summed unsharded across micro-batches
+                      // (fp32 accumulators; bf16 ones with bf16 master weights and reduction)
+                      // and reduce-scattered once, in the last.
+                      Case{2, {"stack=torch-compile", "no_sync=true"}},
+                      Case{4,
+                           {"stack=torch-eager", "no_sync=true", "main_param_dtype=bf16",
+                            "grad_reduce_dtype=bf16", "dp_outer=2"}},
+                      // KempnerForge's layout: bf16 master weights and gradients reduced in
+                      // fp32 (each shard's sums cast to bf16), no_sync, TP with the
+                      // embedding replicated, the loss on bf16 logits.
+                      Case{4,
+                           {"stack=torch-compile", "main_param_dtype=bf16",
+                            "grad_reduce_dtype=fp32", "no_sync=true", "tp=2",
+                            "vocab_parallel_embedding=false", "loss_kernel=native", "seq_len=512"}},
+                      // Activation offload: two layers' saved bytes to host and back, checked
+                      // against what their forward wrote.
+                      Case{2, {"offload_activations=2"}},
+                      Case{2, {"offload_activations=3", "recompute=full"}}),
     case_name);
 
 // The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its

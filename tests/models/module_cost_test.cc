@@ -258,7 +258,7 @@ TEST(ModuleCost, LossWorkspaceByStack) {
   EXPECT_EQ(workspace_bytes(*layer, shape), 0.0);
 }
 
-// F.cross_entropy on the bf16 logits (upcast_logits false, KempnerForge's loss): the
+// F.cross_entropy on the bf16 logits (loss_kernel native, KempnerForge's loss): the
 // log-softmax saved in bf16 (2V bytes per token, beside the int64 label) instead of fp32
 // (4V), and backward's two gradients in bf16 (4V) instead of fp32 (8V). Megatron's fused
 // loss ignores the flag (it computes in fp32 either way).
@@ -270,10 +270,15 @@ TEST(ModuleCost, LossOnBf16LogitsHalvesItsBytes) {
   BatchShape shape{.micro_batch = 2, .seq_len = 4096, .stack = Stack::torch_compile};
   EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
                    (4.0 * vocab + 8.0) * tokens);
-  shape.upcast_logits = false;
+  shape.loss_kernel = LossKernel::native;
   EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
                    (2.0 * vocab + 8.0) * tokens);
   EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 4.0 * vocab * tokens);
+  // Compiled: the same bf16 logits kept, and backward writes only their gradient.
+  shape.loss_kernel = LossKernel::compiled;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
+                   (2.0 * vocab + 8.0) * tokens);
+  EXPECT_DOUBLE_EQ(workspace_bytes(model.root, shape), 2.0 * vocab * tokens);
   shape.stack = Stack::megatron_te;
   EXPECT_DOUBLE_EQ(saved_activation_bytes(*loss, shape, Recompute::none),
                    (4.0 * vocab + 8.0) * tokens);

@@ -82,7 +82,7 @@ TEST(FsdpConfig, RoundTripsThroughJson) {
                    {"sdpa_backend", "flash"},
                    {"offload_activations", 3},
                    {"fused_rms_norm", false},
-                   {"upcast_logits", false},
+                   {"loss_kernel", "native"},
                    {"vocab_parallel_embedding", false}};
   const FsdpConfig c = fsdp_config_from_json(in, "cfg");
   EXPECT_EQ(fsdp_config_to_json(c), in);
@@ -103,7 +103,7 @@ TEST(FsdpConfig, NoSyncRoundTripsThroughJson) {
   const FsdpConfig c = fsdp_config_from_json(
       {{"stack", "torch-compile"}, {"grad_accum", 4}, {"no_sync", true}}, "cfg");
   EXPECT_TRUE(c.no_sync);
-  EXPECT_TRUE(c.upcast_logits);
+  EXPECT_EQ(c.loss_kernel, LossKernel::upcast);
   const json out = fsdp_config_to_json(c);
   EXPECT_EQ(out.at("no_sync"), true);
   EXPECT_TRUE(fsdp_config_from_json(out, "again").no_sync);
@@ -219,9 +219,13 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"tp", 2}, {"vocab_parallel_embedding", false}},
                   "/vocab_parallel_embedding",
                   "VocabParallelEmbedding"},
+        BadConfig{"bad_loss_kernel",
+                  {{"stack", "torch-compile"}, {"loss_kernel", "fused"}},
+                  "/loss_kernel",
+                  "unknown loss_kernel value"},
         BadConfig{"upcast_on_megatron",
-                  {{"upcast_logits", false}},
-                  "/upcast_logits",
+                  {{"loss_kernel", "native"}},
+                  "/loss_kernel",
                   "Megatron's fused cross entropy"},
         BadConfig{"negative_outer", {{"dp_outer", -2}}, "/dp_outer", "must be positive"},
         BadConfig{"zero_micro_batch", {{"micro_batch", 0}}, "/micro_batch", "must be positive"},

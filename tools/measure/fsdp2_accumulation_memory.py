@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """FSDP2's memory under gradient accumulation on one GPU, for shardplan's no_sync,
-main_param_dtype and upcast_logits settings: the 4-layer Llama 3 8B of fsdp2_probe.py
+main_param_dtype and loss_kernel settings: the 4-layer Llama 3 8B of fsdp2_probe.py
 under fully_shard (each layer and the root), fused AdamW, two micro-batches of 8192
 tokens per step, no recompute, three steps (the third is the steady state).
 
