@@ -415,6 +415,9 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
   c.sdpa_backend = parse_enum(r, "sdpa_backend", kSdpaBackends, c.sdpa_backend);
   c.fused_rms_norm = r.boolean_or("fused_rms_norm", c.fused_rms_norm);
   c.no_sync = r.boolean_or("no_sync", c.no_sync);
+  // torch.compile jobs compile the loss too (torchtitan since April 2025), eager ones run it
+  // on fp32 logits (torchtitan's cross_entropy(pred.float())).
+  c.loss_kernel = c.stack == Stack::torch_compile ? LossKernel::compiled : LossKernel::upcast;
   if (r.has("loss_kernel")) {
     const std::string text = r.string("loss_kernel");
     const std::optional<LossKernel> value = parse_loss_kernel(text);

@@ -88,7 +88,8 @@ struct FsdpConfig {
   // (FSDP1's no_sync()) on every micro-batch but the last: no reduce-scatter until then,
   // each unit's unsharded gradients summed on the GPU across micro-batches.
   bool no_sync = false;
-  // torch stacks: how the cross entropy runs (models/module_cost.h).
+  // torch stacks: how the cross entropy runs (models/module_cost.h); unset in a file:
+  // compiled on torch-compile, upcast on torch-eager.
   LossKernel loss_kernel = LossKernel::upcast;
 };
 

@@ -103,7 +103,9 @@ TEST(FsdpConfig, NoSyncRoundTripsThroughJson) {
   const FsdpConfig c = fsdp_config_from_json(
       {{"stack", "torch-compile"}, {"grad_accum", 4}, {"no_sync", true}}, "cfg");
   EXPECT_TRUE(c.no_sync);
-  EXPECT_EQ(c.loss_kernel, LossKernel::upcast);
+  EXPECT_EQ(c.loss_kernel, LossKernel::compiled);  // torch-compile compiles the loss too
+  EXPECT_EQ(fsdp_config_from_json({{"stack", "torch-eager"}}, "cfg").loss_kernel,
+            LossKernel::upcast);
   const json out = fsdp_config_to_json(c);
   EXPECT_EQ(out.at("no_sync"), true);
   EXPECT_TRUE(fsdp_config_from_json(out, "again").no_sync);
