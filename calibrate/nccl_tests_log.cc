@@ -25,6 +25,18 @@ constexpr std::pair<std::string_view, Collective> kBinaries[] = {
     {"alltoall", Collective::all_to_all},
     {"sendrecv", Collective::send_recv}};
 
+// A count the log prints as digits (a rank, nGpus); one past int64 is an input error, not
+// std::stoll's out_of_range (found by the nccl_tests_log fuzz target).
+int64_t count_in(const std::string& digits, const std::string& file, const std::string& where,
+                 std::string_view what) {
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size()) {
+    throw InputError(file, where, fmt::format("{} '{}' is not a count", what, digits));
+  }
+  return value;
+}
+
 std::optional<Collective> collective_in(std::string_view text) {
   for (const auto& [name, op] : kBinaries) {
     if (text.find(name) != std::string_view::npos) return op;
@@ -92,9 +104,10 @@ NcclTestsLog parse_nccl_tests_log(std::string_view text, const std::string& file
       std::smatch m;
       const std::string trimmed(rest);
       static const std::regex kThreads(R"(^#\s*nThread\s+\d+\s+nGpus\s+(\d+))");
-      if (std::regex_search(trimmed, m, kThreads)) log.gpus_per_process = std::stoll(m[1].str());
+      if (std::regex_search(trimmed, m, kThreads))
+        log.gpus_per_process = count_in(m[1].str(), file, where, "nGpus");
       if (std::regex_match(trimmed, m, kRank)) {
-        const int64_t rank = std::stoll(m[1].str());
+        const int64_t rank = count_in(m[1].str(), file, where, "rank");
         if (hosts.contains(rank)) {
           throw InputError(file, where,
                            fmt::format("rank {} is listed twice: each process ran alone "

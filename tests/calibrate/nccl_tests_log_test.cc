@@ -129,6 +129,21 @@ TEST(NcclTestsLog, BadLogsAreClearErrors) {
             "a.log");
       },
       "rows", "launch floor");
+  // Found by the fuzz target: counts past int64 were std::stoll's out_of_range.
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start +
+                                 "#  Rank  99999999999999999999 Group  0 Pid 1 on h device  "
+                                 "0 [0x1] G\n",
+                             "a.log");
+      },
+      "line 2", "rank '99999999999999999999' is not a count");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + "# nThread 1 nGpus 99999999999999999999 minBytes 8\n",
+                             "a.log");
+      },
+      "line 2", "nGpus '99999999999999999999' is not a count");
 }
 
 }  // namespace
