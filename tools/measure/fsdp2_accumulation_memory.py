@@ -23,7 +23,6 @@ Usage: python3 tools/measure/fsdp2_accumulation_memory.py OUT_DIR [VARIANT]
 """
 import json
 import os
-import subprocess
 import sys
 
 VARIANTS = ("fp32_no_sync", "bf16_no_sync", "bf16_synced")
@@ -35,8 +34,7 @@ def run(variant, out):
     import torch.nn.functional as F
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from fsdp2_probe import VOCAB, Model, single_rank  # noqa: E402
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from fsdp2_probe import VOCAB, Model, shard_like_torchtitan, single_rank  # noqa: E402
 
     single_rank(29530 + VARIANTS.index(variant))
     bf16_master = variant.startswith("bf16")
@@ -47,10 +45,7 @@ def run(variant, out):
     model = Model(4).cuda()
     if bf16_master:
         model = model.to(torch.bfloat16)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    shard_like_torchtitan(model)
     cuda.synchronize()
     after_shard = cuda.memory_allocated() - base
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -107,13 +102,10 @@ def run(variant, out):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    if len(sys.argv) > 2:
-        run(sys.argv[2], out)
-        return
-    for variant in VARIANTS:
-        subprocess.run([sys.executable, os.path.abspath(__file__), out, variant], check=True)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fsdp2_probe import run_variants  # noqa: E402
+
+    run_variants(__file__, VARIANTS, run)
 
 
 if __name__ == "__main__":

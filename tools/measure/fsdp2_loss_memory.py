@@ -14,7 +14,6 @@ Usage: python3 tools/measure/fsdp2_loss_memory.py OUT_DIR [VARIANT]
 """
 import json
 import os
-import subprocess
 import sys
 
 VARIANTS = ("upcast", "native", "compiled")
@@ -26,18 +25,13 @@ def run(variant, out):
     import torch.nn.functional as F
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from fsdp2_probe import VOCAB, Model, single_rank  # noqa: E402
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from fsdp2_probe import VOCAB, Model, shard_like_torchtitan, single_rank  # noqa: E402
 
     single_rank(29550 + VARIANTS.index(variant))
     cuda = torch.cuda
     torch.manual_seed(0)
     base = cuda.memory_allocated()
-    model = Model(4).cuda()
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    model = shard_like_torchtitan(Model(4).cuda())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def torchtitan_loss(pred, labels):
@@ -77,13 +71,10 @@ def run(variant, out):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    if len(sys.argv) > 2:
-        run(sys.argv[2], out)
-        return
-    for variant in VARIANTS:
-        subprocess.run([sys.executable, os.path.abspath(__file__), out, variant], check=True)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fsdp2_probe import run_variants  # noqa: E402
+
+    run_variants(__file__, VARIANTS, run)
 
 
 if __name__ == "__main__":

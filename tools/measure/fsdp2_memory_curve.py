@@ -18,23 +18,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fsdp2_probe import VOCAB, Model, single_rank  # noqa: E402
+from fsdp2_probe import VOCAB, Model, shard_like_torchtitan, single_rank  # noqa: E402
 
 
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     single_rank(29512)
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     cuda = torch.cuda
     torch.manual_seed(0)
     base = cuda.memory_allocated()
-    model = Model(4).cuda()
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    model = shard_like_torchtitan(Model(4).cuda())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     curve = []
 

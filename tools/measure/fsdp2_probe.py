@@ -119,6 +119,32 @@ def host_link(nbytes=1 << 30, iters=5):
     return out
 
 
+def shard_like_torchtitan(model):
+    """fully_shard each decoder layer and then the root, with torchtitan's mixed precision
+    (bf16 parameters in compute, fp32 reduce); returns the model."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def run_variants(script, variants, run):
+    """`script OUT_DIR [VARIANT]`: one variant in this process, or each of `variants` in
+    its own process (so every one starts with an empty caching allocator)."""
+    import subprocess
+
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    if len(sys.argv) > 2:
+        run(sys.argv[2], out)
+        return
+    for variant in variants:
+        subprocess.run([sys.executable, os.path.abspath(script), out, variant], check=True)
+
+
 def single_rank(port):
     """A one-rank NCCL process group, what fully_shard needs on one GPU."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fsdp2_probe import VOCAB, Model, single_rank  # noqa: E402
+from fsdp2_probe import VOCAB, Model, shard_like_torchtitan, single_rank  # noqa: E402
 
 
 def main():
@@ -29,7 +29,6 @@ def main():
     seq, micro_batch = int(seq), int(micro_batch)
     os.makedirs(out, exist_ok=True)
     single_rank(29540)
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
     model = Model(4).cuda()
@@ -37,10 +36,7 @@ def main():
         for layer in model.layers:
             forward = layer.forward
             layer.forward = lambda x, f=forward: checkpoint(f, x, use_reentrant=False)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    shard_like_torchtitan(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, VOCAB, (micro_batch, seq), device="cuda")
     labels = torch.randint(0, VOCAB, (micro_batch, seq), device="cuda")
