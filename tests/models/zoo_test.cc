@@ -38,6 +38,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Published{"mpt-70b", 64862437376.0, 0}, Published{"llama3-8b", 8.03e9, 0},
                       Published{"llama3-70b", 70.55e9, 0}, Published{"llama3.1-405b", 405.85e9, 0},
                       Published{"mixtral-8x7b", 46.70e9, 12.88e9},
+                      // The checkpoint's 30,532,122,624 (GGUF general.parameter_count);
+                      // 3,353,032,704 activated per token (8 of 128 experts).
+                      Published{"qwen3-30b-a3b", 30532122624.0, 3353032704.0},
                       Published{"gpt3-175b", 174.6e9, 0}),
     [](const auto& test_info) {
       std::string name = test_info.param.name;
@@ -58,7 +61,7 @@ TEST(Zoo, TinyCountWorkedByHand) {
 
 TEST(Zoo, EveryEntryLoadsAndNamesItsSource) {
   const auto names = model_zoo_names();
-  ASSERT_EQ(names.size(), 13u);
+  ASSERT_EQ(names.size(), 14u);
   for (const std::string& name : names) {
     const ModelSpec model = load_model(name);
     EXPECT_EQ(model.name, name) << "the file stem and the name field must agree";
