@@ -310,7 +310,7 @@ void fit_trace_compute(ClusterSpec& cluster, const Plan& plan, const std::vector
                                             k.elementwise + k.copies, k.optimizer};
     return t[static_cast<std::size_t>(c)];
   };
-  std::vector<double> step_measured, step_before, step_after;
+  std::vector<double> step_measured;
   for (const TracedStep& s : steps) {
     double total = 0;
     for (int c = 0; c < kClasses; ++c) total += measured_of(s.kernels, static_cast<Class>(c));

@@ -390,6 +390,10 @@ class CpuBackend final : public ExecutorBackend {
     MPI_Comm_size(c, &p);
     MPI_Comm_rank(c, &me);
     const bool all_reduce = op.kind == OpKind::all_reduce;
+    // no_sync: the accumulator the reduction reads, checked once (every part reads a region
+    // of it).
+    if (options_.check && !reads.empty() && reads[0].buffer->role == BufferRole::accumulated_grad)
+      check_accumulated(op, reads[0]);
     for (const CollectivePart& part : collective_parts(*plan_, op, reads, writes)) {
       const BufferSpan& w = part.target;
       const int64_t e = dtype_bytes(w.buffer->dtype);
@@ -400,8 +404,6 @@ class CpuBackend final : public ExecutorBackend {
       const MPI_Datatype type = element_type(r);
       const uint64_t mr = mask(r);
       const int narrow = static_cast<int>(8 * (r - e));
-      if (options_.check && part.source.buffer->role == BufferRole::accumulated_grad)
-        check_accumulated(op, part.source);
       // PyTorch FSDP's copy-in: the backward's gradients widened into the reduce input.
       if (part.cast_source != nullptr) {
         cast_elements(part.cast_source, part.input_bytes / part.cast_to * part.cast_from,
