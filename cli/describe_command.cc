@@ -63,7 +63,7 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
   rows.push_back({"unsharded weights", format_bytes(e.unsharded_weights), "transient peak"});
   rows.push_back({"unsharded grads", format_bytes(e.unsharded_grads), "transient peak"});
   if (e.comm_buffers > 0)
-    rows.push_back({"tp/cp buffers", format_bytes(e.comm_buffers), "transient peak"});
+    rows.push_back({"tp/cp/ep buffers", format_bytes(e.comm_buffers), "transient peak"});
   rows.push_back({"activations", format_bytes(e.activations), "one micro-batch"});
   rows.push_back({"non-tensor", format_bytes(e.non_tensor), "CUDA context, NCCL, cuBLAS"});
   rows.push_back({"total", format_bytes(e.total), ""});

@@ -62,7 +62,7 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
   rows.push_back({"unsharded grads", format_bytes(m.unsharded_grads), "transient, peak"});
   rows.push_back({"activations", format_bytes(m.activations), "transient, peak"});
   if (m.comm_buffers > 0) {
-    rows.push_back({"tp/cp buffers", format_bytes(m.comm_buffers), "transient, peak"});
+    rows.push_back({"tp/cp/ep buffers", format_bytes(m.comm_buffers), "transient, peak"});
   }
   if (m.fp8_transpose_cache > 0) {
     rows.push_back({"fp8 transpose cache", format_bytes(m.fp8_transpose_cache), "transient, peak"});

@@ -57,7 +57,7 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
        share(s.exposed_reduce_scatter_seconds)},
       {"exposed outer (HSDP)", format_seconds(s.exposed_outer_seconds),
        share(s.exposed_outer_seconds)},
-      {"exposed tp/cp", format_seconds(s.exposed_model_parallel_seconds),
+      {"exposed tp/cp/ep", format_seconds(s.exposed_model_parallel_seconds),
        share(s.exposed_model_parallel_seconds)},
       {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes)),
        "tensors + non-tensor"},
@@ -68,7 +68,7 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
   out << render_table({"", "predicted", "note"}, rows, {1});
   out << fmt::format(
       "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
-      "tp/cp {}, optimizer {}{}\n",
+      "tp/cp/ep {}, optimizer {}{}\n",
       t.critical_path.size(), format_seconds(p.compute), format_seconds(p.all_gather),
       format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.model_parallel),
       format_seconds(p.optimizer),

@@ -222,7 +222,7 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
          row("reduce-scatter (exposed)", a.critical_path.reduce_scatter,
              b.critical_path.reduce_scatter),
          row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
-         row("tp/cp", a.critical_path.model_parallel, b.critical_path.model_parallel),
+         row("tp/cp/ep", a.critical_path.model_parallel, b.critical_path.model_parallel),
          row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
          row("step", a.step_seconds, b.step_seconds)},
         {1, 2, 3});

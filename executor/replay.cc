@@ -118,9 +118,7 @@ void cast_elements(const std::byte* in, int64_t in_bytes, int from, int to, std:
 }
 
 bool is_model_parallel(const PlanOp& op, const std::vector<BufferSpan>& writes) {
-  return is_collective(op.kind) && writes.size() == 1 &&
-         (writes[0].buffer->role == BufferRole::tp_buffer ||
-          writes[0].buffer->role == BufferRole::cp_buffer);
+  return is_collective(op.kind) && writes.size() == 1 && is_comm_buffer(writes[0].buffer->role);
 }
 
 CollectivePart model_parallel_part(const PlanOp& op, const BufferSpan& buffer, int64_t position,

@@ -47,9 +47,9 @@ int64_t trainable_parameter_count(const Module& module) {
 namespace {
 
 double active_count(const Module& module, double parent_fraction) {
-  // A module inherits its parent's token share unless it states a smaller one.
+  // A module inherits its parent's token share unless it states its own.
   const double fraction =
-      module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_fraction;
+      module.cost.token_fraction != 1.0 ? module.cost.token_fraction : parent_fraction;
   double count = 0;
   for (const Parameter& p : module.parameters) count += static_cast<double>(p.numel()) * fraction;
   for (const Module& child : module.children) count += active_count(child, fraction);

@@ -37,7 +37,7 @@ bool native_loss(const Module& m, const BatchShape& shape) {
 
 // A module's effective token share: its own when it states one, else its parent's.
 double share(const Module& module, double parent_share) {
-  return module.cost.token_fraction < 1.0 ? module.cost.token_fraction : parent_share;
+  return module.cost.token_fraction != 1.0 ? module.cost.token_fraction : parent_share;
 }
 
 template <typename PerModule>

@@ -10,7 +10,13 @@ constexpr NameTable<CpComm, 3> kCpComms = {{
     {CpComm::all_gather, "all_gather"},
     {CpComm::a2a, "a2a"},
 }};
-constexpr NameTable<MeshAxis, 2> kAxes = {{{MeshAxis::tp, "tp"}, {MeshAxis::cp, "cp"}}};
+constexpr NameTable<MeshAxis, 5> kAxes = {{{MeshAxis::tp, "tp"},
+                                           {MeshAxis::cp, "cp"},
+                                           {MeshAxis::ep, "ep"},
+                                           {MeshAxis::etp, "etp"},
+                                           {MeshAxis::ep_etp, "ep_etp"}}};
+constexpr NameTable<MoeDispatcher, 2> kDispatchers = {
+    {{MoeDispatcher::alltoall, "alltoall"}, {MoeDispatcher::allgather, "allgather"}}};
 
 }  // namespace
 
@@ -22,6 +28,15 @@ std::optional<CpComm> parse_cp_comm(std::string_view text) {
 }
 std::vector<std::string> cp_comm_names() {
   return names_of(kCpComms);
+}
+std::string_view moe_dispatcher_name(MoeDispatcher d) {
+  return name_of(kDispatchers, d);
+}
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view text) {
+  return value_of(kDispatchers, text);
+}
+std::vector<std::string> moe_dispatcher_names() {
+  return names_of(kDispatchers);
 }
 std::string_view mesh_axis_name(MeshAxis a) {
   return name_of(kAxes, a);

@@ -300,12 +300,63 @@ Module mlp(const std::string& name, const std::string& type, const TransformerAr
   return m;
 }
 
-// Mixture of experts: a router picks `experts_per_token` of `num_experts` per token;
-// each expert sees that share of the tokens on average (uniform routing, no capacity
-// drop). Tokens are permuted into a copy per chosen expert (saved by the expert's first
-// linear), and the combine keeps each expert output and its fp32 routing weight.
-// Tensor parallelism splits each expert as a dense MLP (Megatron's expert tensor
-// parallelism equal to tp); the block's collectives run once, on the MoE module.
+// The busiest expert-parallel rank's routed tokens ÷ the mean rank's. The busiest expert
+// sees `moe_imbalance` × the mean (capped by the capacity factor, whose excess tokens are
+// dropped); the others on its rank see the mean of the rest, (E − imbalance) ÷ (E − 1)
+// (capped too). With every expert on one rank (ep 1) the rank sees exactly its own
+// routed tokens, 1 without a cap. docs/model.md "Mixture of experts".
+double moe_rank_load(const TransformerArch& a, const ModelParallel& p) {
+  const double experts = d(a.num_experts);
+  if (experts <= 1) return 1.0;
+  const double cap = p.moe_capacity_factor > 0 ? p.moe_capacity_factor : experts;
+  const double busiest = std::min(p.moe_imbalance, cap);
+  const double rest = std::min((experts - p.moe_imbalance) / (experts - 1.0), cap);
+  const double local = experts / d(p.ep);
+  return (busiest + (local - 1.0) * rest) / local;
+}
+
+// The token dispatch and combine around the experts (Megatron's token_dispatcher.py), per
+// token of this rank's micro-batch; `routed` is the share of them each rank's experts
+// receive (top-k copies of its sequence-parallel shard, × the busiest rank's load).
+// alltoall: each routed copy to its expert's rank over ep, then gathered over etp
+// (gather_from_sequence_parallel_region); combine reduce-scatters over etp and sends the
+// outputs back over ep; backward runs the same in reverse. allgather: the hidden states
+// gathered over ep × etp before routing, the outputs reduce-scattered back; backward
+// gathers the output gradient and reduce-scatters the input gradient. The all-to-alls are
+// sized by the busiest rank's receive, which every rank waits for.
+std::vector<ModuleComm> dispatch_comms(const Ranks& r, int64_t h, double routed) {
+  std::vector<ModuleComm> out;
+  const double etp = d(r.etp);
+  if (r.moe_dispatcher == MoeDispatcher::allgather) {
+    if (r.ep * r.etp == 1) return out;
+    const Footprint gathered = elements(d(h) * d(r.ep) * etp / r.seq);
+    out = {comm(CommPhase::forward, CommKind::all_gather, MeshAxis::ep_etp, gathered),
+           comm(CommPhase::forward, CommKind::reduce_scatter, MeshAxis::ep_etp, gathered),
+           comm(CommPhase::backward, CommKind::all_gather, MeshAxis::ep_etp, gathered),
+           comm(CommPhase::backward, CommKind::reduce_scatter, MeshAxis::ep_etp, gathered)};
+    return out;
+  }
+  const Footprint sent = elements(d(h) * routed / etp);
+  const Footprint gathered = elements(d(h) * routed);
+  for (CommPhase phase : {CommPhase::forward, CommPhase::backward}) {
+    if (r.ep > 1) out.push_back(comm(phase, CommKind::all_to_all, MeshAxis::ep, sent));
+    if (r.etp > 1) {
+      out.push_back(comm(phase, CommKind::all_gather, MeshAxis::etp, gathered));
+      out.push_back(comm(phase, CommKind::reduce_scatter, MeshAxis::etp, gathered));
+    }
+    if (r.ep > 1) out.push_back(comm(phase, CommKind::all_to_all, MeshAxis::ep, sent));
+  }
+  return out;
+}
+
+// Mixture of experts: a router picks `experts_per_token` of `num_experts` per token on
+// this rank's sequence-parallel shard. This rank holds num_experts / ep whole experts,
+// each split over etp ranks as a dense MLP is over tp; they receive the routed copies of
+// the tokens of the ep × etp ranks that share them, in the busiest rank's proportion
+// (moe_rank_load). Each routed copy is saved by its expert's first linear (the permuted
+// tokens), with its fp32 routing weight, which Megatron applies inside the expert's
+// activation (its unpermute keeps only indices: token_dispatcher.py, moe_utils.py at
+// Megatron-LM d98e8a6). Shared experts run as a dense MLP on the tensor-parallel group.
 Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   const int64_t h = a.hidden_size;
   Module m{.name = name, .type = "MoE"};
@@ -313,19 +364,27 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
                          fixed(4.0 * d(a.num_experts)), Split::none, r);
   router.type = "Router";
   m.children.push_back(std::move(router));
-  const double fraction = d(a.experts_per_token) / d(a.num_experts);
-  for (int64_t e = 0; e < a.num_experts; ++e) {
+  // Per token of the micro-batch: the routed copies this rank's experts run, together
+  // (tensor parallelism comes with sequence parallelism here: resolve_fsdp_config).
+  const double routed = d(a.experts_per_token) * d(r.etp) / r.seq * moe_rank_load(a, r);
+  Ranks experts = r;
+  experts.tp = r.etp;
+  experts.t = d(r.etp);
+  experts.sequence_parallel = false;
+  experts.seq = 1;
+  const int64_t local_experts = a.num_experts / r.ep;
+  for (int64_t e = 0; e < local_experts; ++e) {
     Module expert = mlp(join(name, fmt::format("experts.{}", e)), "Expert", a,
-                        a.moe_ffn_hidden_size, true, elements_and_fixed(d(h), 4.0), r, false);
-    expert.cost.token_fraction = fraction;
+                        a.moe_ffn_hidden_size, true, fixed(4.0), experts, false);
+    expert.cost.token_fraction = routed / d(local_experts);
     m.children.push_back(std::move(expert));
   }
   if (a.num_shared_experts > 0) {
     m.children.push_back(mlp(join(name, "shared_experts"), "SharedExpert", a,
-                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, false));
+                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, true));
   }
   m.cost.input_per_token = elements(d(h) / r.seq);
-  m.cost.comms = block_comms(r, h);
+  m.cost.comms = dispatch_comms(r, h, routed);
   return m;
 }
 

@@ -93,12 +93,35 @@ bool sequence_parallel(const FsdpConfig& config) {
 }
 
 ModelParallel model_parallel(const FsdpConfig& config) {
-  return {.tp = config.tp,
-          .sequence_parallel = sequence_parallel(config),
-          .cp = config.cp,
-          .cp_comm = config.cp_comm,
-          .vocab_parallel_loss = config.vocab_parallel_loss,
-          .vocab_parallel_embedding = config.vocab_parallel_embedding};
+  ModelParallel p{.tp = config.tp,
+                  .sequence_parallel = sequence_parallel(config),
+                  .cp = config.cp,
+                  .cp_comm = config.cp_comm,
+                  .vocab_parallel_loss = config.vocab_parallel_loss,
+                  .vocab_parallel_embedding = config.vocab_parallel_embedding};
+  // The busiest rank's load matters only where ranks hold different experts, or where a
+  // capacity drops tokens.
+  if (config.ep > 1 || config.moe_capacity_factor) {
+    p.moe_imbalance = config.moe_imbalance;
+    p.moe_capacity_factor = config.moe_capacity_factor.value_or(0.0);
+  }
+  p.ep = config.ep;
+  p.etp = expert_tp(config);
+  p.moe_dispatcher = config.moe_dispatcher;
+  return p;
+}
+
+int64_t expert_tp(const FsdpConfig& config) {
+  return config.etp > 0 ? config.etp : config.tp;
+}
+
+bool expert_mesh(const FsdpConfig& config) {
+  return config.ep > 1 || expert_tp(config) != config.tp;
+}
+
+int64_t expert_dp(const FsdpConfig& config) {
+  return config.dp_outer * config.dp_shard * config.cp * config.tp /
+         (config.ep * expert_tp(config));
 }
 
 std::optional<ShardingStrategy> parse_sharding_strategy(std::string_view text) {
@@ -151,6 +174,11 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "vocab_parallel_embedding",
                                                 "cp",
                                                 "cp_comm",
+                                                "ep",
+                                                "etp",
+                                                "moe_dispatcher",
+                                                "moe_capacity_factor",
+                                                "moe_imbalance",
                                                 "outer_strategy",
                                                 "unit_modules",
                                                 "bucket_bytes",
@@ -201,6 +229,8 @@ constexpr FieldRange kRanges[] = {
     {"dp_outer", &FsdpConfig::dp_outer, 1, limits::kMaxGpus},
     {"tp", &FsdpConfig::tp, 1, limits::kMaxGpus},
     {"cp", &FsdpConfig::cp, 1, limits::kMaxGpus},
+    {"ep", &FsdpConfig::ep, 1, limits::kMaxGpus},
+    {"etp", &FsdpConfig::etp, 0, limits::kMaxGpus},  // 0: tp
     {"forward_prefetch", &FsdpConfig::forward_prefetch, 0, kMaxDepth},
     {"backward_prefetch", &FsdpConfig::backward_prefetch, 0, kMaxDepth},
     {"max_live_grad_buffers", &FsdpConfig::max_live_grad_buffers, 1, kMaxDepth},
@@ -263,6 +293,24 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
                      "{} ranks; make seq_len{} a multiple of {}",
                      c.seq_len / c.cp, c.seq_len, c.cp > 1 ? fmt::format(" / cp {}", c.cp) : "",
                      c.tp, c.cp > 1 ? " / cp" : "", c.tp));
+  }
+  if (c.moe_capacity_factor && !(*c.moe_capacity_factor > 0 && *c.moe_capacity_factor <= 1e6)) {
+    fail("moe_capacity_factor", fmt::format("must be in (0, 1e6], got {}", *c.moe_capacity_factor));
+  }
+  if (!(c.moe_imbalance >= 1.0 && c.moe_imbalance <= 1e6)) {
+    fail("moe_imbalance",
+         fmt::format("is the busiest expert's tokens ÷ the mean, at least 1; got {}",
+                     c.moe_imbalance));
+  }
+  if (expert_mesh(c) && c.dp_outer > 1) {
+    fail("dp_outer",
+         "HSDP with an expert mesh (ep > 1 or etp ≠ tp) is not modelled (Megatron-FSDP's "
+         "expert mesh shards experts over one expert-data-parallel dimension); set dp_outer: 1");
+  }
+  if (expert_mesh(c) && c.double_buffer) {
+    fail("double_buffer",
+         "double buffering with an expert mesh (ep > 1 or etp ≠ tp) is not modelled: experts "
+         "gather over their own group into buffers of their own; set double_buffer: false");
   }
   // Combinations Megatron-FSDP does not support (seeds/002 README).
   const bool zero3 = sharding_traits(c).shard_params;
@@ -356,6 +404,23 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
     if (!value) r.fail("cp_comm", unknown_name_message("cp_comm value", text, cp_comm_names()));
     c.cp_comm = *value;
   }
+  c.ep = r.integer_in_or("ep", 1, limits::kMaxGpus, c.ep);
+  c.etp = r.integer_in_or("etp", 1, limits::kMaxGpus, c.etp);
+  if (r.has("moe_dispatcher")) {
+    const std::string text = r.string("moe_dispatcher");
+    const std::optional<MoeDispatcher> value = parse_moe_dispatcher(text);
+    if (!value) {
+      r.fail("moe_dispatcher",
+             unknown_name_message("moe_dispatcher value", text, moe_dispatcher_names()) +
+                 (text == "deepep" || text == "hybridep" || text == "flex"
+                      ? " (the flex dispatcher's DeepEP and HybridEP kernels are not modelled "
+                        "yet: alltoall is the closest, NCCL's all-to-all)"
+                      : ""));
+    }
+    c.moe_dispatcher = *value;
+  }
+  if (r.has("moe_capacity_factor")) c.moe_capacity_factor = r.number("moe_capacity_factor");
+  c.moe_imbalance = r.number_or("moe_imbalance", c.moe_imbalance);
   c.outer_strategy = parse_enum(r, "outer_strategy", kOuter, c.outer_strategy);
   if (r.has("unit_modules")) {
     c.unit_modules = r.strings("unit_modules");
@@ -463,6 +528,13 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (!c.vocab_parallel_embedding) j["vocab_parallel_embedding"] = false;
   j["cp"] = c.cp;
   if (c.cp > 1) j["cp_comm"] = cp_comm_name(c.cp_comm);
+  // The expert fields where they differ from the defaults (every dense job's).
+  if (c.ep > 1) j["ep"] = c.ep;
+  if (c.etp > 0 && c.etp != c.tp) j["etp"] = c.etp;
+  if (c.moe_dispatcher != MoeDispatcher::allgather)
+    j["moe_dispatcher"] = moe_dispatcher_name(c.moe_dispatcher);
+  if (c.moe_capacity_factor) j["moe_capacity_factor"] = *c.moe_capacity_factor;
+  if (c.moe_imbalance != kDefaultMoeImbalance) j["moe_imbalance"] = c.moe_imbalance;
   j["outer_strategy"] = outer_strategy_name(c.outer_strategy);
   if (!c.unit_modules.empty()) j["unit_modules"] = c.unit_modules;
   if (c.bucket_bytes) j["bucket_bytes"] = *c.bucket_bytes;
@@ -542,6 +614,68 @@ FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::stri
 
 namespace {
 
+// The rules expert parallelism puts on the model and the cluster (Megatron's
+// initialize_model_parallel: ep × etp must divide the world; each rank holds whole experts).
+void check_expert_parallel(const FsdpConfig& c, const ModelSpec& model, const ClusterSpec& cluster,
+                           const std::string& label) {
+  const int64_t etp = expert_tp(c);
+  const bool set = c.ep > 1 || c.etp > 0 || c.moe_capacity_factor.has_value() ||
+                   c.moe_dispatcher != MoeDispatcher::allgather ||
+                   c.moe_imbalance != kDefaultMoeImbalance;
+  const TransformerArch* a = model.arch.get();
+  if (a == nullptr || a->num_experts == 0) {
+    if (!set) return;
+    const char* key = c.ep > 1                                  ? "/ep"
+                      : c.etp > 0                               ? "/etp"
+                      : c.moe_capacity_factor                   ? "/moe_capacity_factor"
+                      : c.moe_imbalance != kDefaultMoeImbalance ? "/moe_imbalance"
+                                                                : "/moe_dispatcher";
+    throw InputError(
+        label, key,
+        fmt::format("{} has no experts: expert settings apply to moe models only", model.name));
+  }
+  const int64_t gpus = cluster.num_gpus;
+  if (c.ep > a->num_experts || a->num_experts % c.ep != 0) {
+    throw InputError(label, "/ep",
+                     fmt::format("ep = {} does not divide {}'s {} experts (each rank holds "
+                                 "num_experts / ep whole experts)",
+                                 c.ep, model.name, a->num_experts));
+  }
+  if (c.ep * etp > gpus || gpus % (c.ep * etp) != 0) {
+    throw InputError(label, c.ep > 1 ? "/ep" : "/etp",
+                     fmt::format("ep × etp = {} × {} = {} does not divide the {} GPUs: the "
+                                 "expert mesh tiles them as etp × ep × expert data parallel",
+                                 c.ep, etp, c.ep * etp, gpus));
+  }
+  if (etp > cluster.gpus_per_node) {
+    throw InputError(label, "/etp",
+                     fmt::format("etp = {} spans more than one NVLink domain ({} GPUs per node "
+                                 "on {}): expert tensor parallelism runs collectives inside "
+                                 "every MoE layer; use etp ≤ {}",
+                                 etp, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
+  }
+  if (a->moe_ffn_hidden_size % etp != 0) {
+    throw InputError(label, c.etp > 0 ? "/etp" : "/tp",
+                     fmt::format("etp = {} does not divide {}'s moe_ffn_hidden_size {} (expert "
+                                 "tensor parallelism splits each expert's columns evenly)",
+                                 etp, model.name, a->moe_ffn_hidden_size));
+  }
+  if (c.tp > 1 && !sequence_parallel(c)) {
+    throw InputError(label, "/sequence_parallel",
+                     "Megatron's MoE layer refuses tensor parallelism without sequence "
+                     "parallelism in training (moe_layer.py); set sequence_parallel: true");
+  }
+  // Every token picks k distinct experts, so no expert sees more than all the tokens.
+  const double most =
+      static_cast<double>(a->num_experts) / static_cast<double>(a->experts_per_token);
+  if (c.moe_imbalance > most) {
+    throw InputError(label, "/moe_imbalance",
+                     fmt::format("{} exceeds num_experts / experts_per_token = {:.4g} for {}: the "
+                                 "busiest expert cannot see more than every token",
+                                 c.moe_imbalance, most, model.name));
+  }
+}
+
 // The rules tensor and context parallelism put on the model and the cluster.
 void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const ClusterSpec& cluster,
                           const std::string& label) {
@@ -552,6 +686,7 @@ void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const Clu
                                  "needs NVLink; use tp ≤ {}",
                                  c.tp, cluster.gpus_per_node, cluster.name, cluster.gpus_per_node));
   }
+  check_expert_parallel(c, model, cluster, label);
   if (c.tp == 1 && c.cp == 1) return;
   if (model.arch == nullptr) {
     throw InputError(label, c.tp > 1 ? "/tp" : "/cp",
@@ -573,8 +708,10 @@ void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const Clu
   divides(a.num_heads, "num_heads", c.tp, "tp", tp_why);
   divides(a.num_kv_heads, "num_kv_heads", c.tp, "tp", tp_why);
   if (a.ffn_hidden_size > 0) divides(a.ffn_hidden_size, "ffn_hidden_size", c.tp, "tp", tp_why);
-  if (a.moe_ffn_hidden_size > 0)
-    divides(a.moe_ffn_hidden_size, "moe_ffn_hidden_size", c.tp, "tp", tp_why);
+  // Routed experts split over etp (check_expert_parallel); shared experts over tp.
+  if (a.num_shared_experts > 0)
+    divides(a.num_shared_experts * a.moe_ffn_hidden_size, "shared experts' width", c.tp, "tp",
+            tp_why);
   if (c.cp > 1 && c.cp_comm == CpComm::a2a) {
     const char* why =
         "a2a (Ulysses) trades the sequence split for a split of each tensor-parallel "

@@ -27,6 +27,12 @@ enum class Optimizer { adam, sgd };
 // Engine picks its own fused attention): FlashAttention-2, or cuDNN's attention.
 enum class SdpaBackend { flash, cudnn };
 
+// The default max/mean tokens per expert: 1 + MaxVio 0.52, the load a 3B-parameter MoE
+// trained with an auxiliary balancing loss (Megatron's default, aux_loss) leaves (Wang et al.
+// 2024, "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts", Table 2;
+// loss-free balancing: 1.04). docs/model.md "Mixture of experts".
+inline constexpr double kDefaultMoeImbalance = 1.52;
+
 // Every knob of one FSDP run. Defaults follow Megatron-FSDP's `fully_shard` (seeds/002
 // README): ZeRO-3, prefetch 1, async reduce, at most two live gradient buffers, bf16
 // parameters with fp32 main weights (preserve_fp32_weights=True), main grads and their
@@ -49,6 +55,20 @@ struct FsdpConfig {
   bool vocab_parallel_embedding = true;  // false: the embedding replicated over tp ranks
   int64_t cp = 1;                        // context-parallel ranks each sequence is split over
   CpComm cp_comm = CpComm::p2p;
+  // Mixture of experts (docs/model.md "Mixture of experts"). The expert mesh tiles the same
+  // GPUs as etp × ep × expert-data-parallel, etp innermost (Megatron's expert order
+  // "tp-ep-dp-pp", parallel_state.py): each rank holds num_experts / ep experts, each
+  // split over etp ranks, and FSDP shards them over the GPUs ÷ (ep · etp) ranks that hold
+  // the same ones. etp 0 = tp (Megatron's --expert-tensor-parallel-size default).
+  int64_t ep = 1;
+  int64_t etp = 0;
+  // Megatron's default (--moe-token-dispatcher-type allgather, transformer_config.py).
+  MoeDispatcher moe_dispatcher = MoeDispatcher::allgather;
+  // Tokens an expert may take, × the mean (Megatron's --moe-expert-capacity-factor); the
+  // rest are dropped. Unset: dropless.
+  std::optional<double> moe_capacity_factor;
+  // The busiest expert's tokens ÷ the mean per step (max/mean tokens per expert).
+  double moe_imbalance = kDefaultMoeImbalance;
   OuterStrategy outer_strategy = OuterStrategy::no_shard;
   std::vector<std::string> unit_modules;  // module-name patterns; empty = the model's own
   std::optional<int64_t> bucket_bytes;    // split larger parameter groups; none = never
@@ -115,8 +135,17 @@ DType optimizer_state_dtype(const FsdpConfig& config);
 DType accumulated_grad_dtype(const FsdpConfig& config);
 // The recompute mode for tables: its name, "sac_layer/N" with the layer stride.
 std::string recompute_label(const FsdpConfig& config);
-// The tensor and context parallelism one rank of the config's mesh runs.
+// The tensor, context and expert parallelism one rank of the config's mesh runs.
 ModelParallel model_parallel(const FsdpConfig& config);
+// The expert-tensor-parallel size: as set, else tp.
+int64_t expert_tp(const FsdpConfig& config);
+// Whether experts live on a mesh of their own: ep > 1 or etp ≠ tp. Otherwise every rank of a
+// tensor-parallel group holds every expert split as the dense layers are, and FSDP shards
+// them with the dense parameters.
+bool expert_mesh(const FsdpConfig& config);
+// The expert-data-parallel size of a resolved config, GPUs ÷ (ep · etp): the ranks FSDP
+// shards each expert over.
+int64_t expert_dp(const FsdpConfig& config);
 
 std::string_view sharding_strategy_name(ShardingStrategy s);
 std::string_view outer_strategy_name(OuterStrategy s);

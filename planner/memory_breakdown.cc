@@ -16,7 +16,7 @@ void settle_memory_totals(MemoryBreakdown& m, std::optional<double> transient, d
       {"unsharded grads", m.unsharded_grads},
       {"activations", m.activations},
       {"fp8 transpose cache", m.fp8_transpose_cache},
-      {"tp/cp buffers", m.comm_buffers},
+      {"tp/cp/ep buffers", m.comm_buffers},
       {"non-tensor", m.non_tensor}};
   double largest = -1;
   for (const auto& [name, bytes] : terms) {

@@ -1,6 +1,7 @@
 #include "planner/memory_estimate.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -45,13 +46,19 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   int64_t largest_trainable_layer = 0;
   int64_t smallest_layer = INT64_MAX;
   int64_t layer_units = 0;
+  // Routed experts on an expert mesh shard over the expert-data-parallel ranks instead.
+  const bool expert_groups = expert_mesh(c);
+  const int64_t ne = t.expert_ranks;
   for (const FsdpUnit& u : units) {
     const int64_t frozen = u.parameters - u.trainable_parameters;
+    const int64_t experts =
+        expert_groups && u.module != nullptr ? routed_expert_parameters(*u.module) : 0;
+    const int64_t dense = u.trainable_parameters - experts;
     total += static_cast<double>(u.parameters);
     trainable += static_cast<double>(u.trainable_parameters);
-    trainable_per_rank += ceil_div(u.trainable_parameters, n);
-    per_rank += ceil_div(u.trainable_parameters, n) + ceil_div(frozen, n);
-    trainable_per_opt_rank += ceil_div(u.trainable_parameters, optimizer_ranks);
+    trainable_per_rank += ceil_div(dense, n) + ceil_div(experts, ne);
+    per_rank += ceil_div(dense, n) + ceil_div(experts, ne) + ceil_div(frozen, n);
+    trainable_per_opt_rank += ceil_div(dense, optimizer_ranks) + ceil_div(experts, ne);
     if (u.module != nullptr) {
       largest_layer = std::max(largest_layer, u.parameters);
       largest_trainable_layer = std::max(largest_trainable_layer, u.trainable_parameters);
@@ -173,17 +180,17 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   // every saved activation).
   e.activations += workspace_bytes(model.root, shape);
 
-  // The tensor- and context-parallel collectives' buffers: the largest of each axis, one
-  // pass at a time (the schedule's one buffer per axis and pass).
-  double tp_buffer = 0, cp_buffer = 0;
+  // The model-parallel collectives' buffers: the largest of each buffer role, one pass at
+  // a time (the schedule's one buffer per role and pass).
+  std::map<BufferRole, double> largest;
   for_each_module(model.root, [&](const Module& m) {
     for (const ModuleComm& comm : m.cost.comms) {
-      const double bytes = comm_buffer_bytes(comm.kind, comm_bytes(m, comm, shape));
-      double& axis = comm.axis == MeshAxis::tp ? tp_buffer : cp_buffer;
-      axis = std::max(axis, bytes);
+      double& role = largest[comm_buffer_role(comm.axis)];
+      role = std::max(role, comm_buffer_bytes(comm.kind, comm_bytes(m, comm, shape)));
     }
   });
-  e.comm_buffers = tp_buffer + cp_buffer;
+  e.comm_buffers = 0;
+  for (const auto& [role, bytes] : largest) e.comm_buffers += bytes;
   e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
   settle_memory_totals(e, std::nullopt, static_cast<double>(cluster.gpu.hbm_bytes));
   return e;

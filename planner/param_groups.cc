@@ -1,6 +1,7 @@
 #include "planner/internal/param_groups.h"
 
 #include <unordered_set>
+#include <utility>
 
 #include "models/integer_math.h"
 #include "planner/sharding.h"
@@ -11,15 +12,17 @@ namespace {
 struct NamedParameter {
   std::string name;
   const Parameter* parameter;
+  bool expert;  // a routed expert's
 };
 
-void collect(const Module& m, const std::unordered_set<const Module*>& skip,
+void collect(const Module& m, const std::unordered_set<const Module*>& skip, bool expert,
              std::vector<NamedParameter>& out) {
   if (skip.contains(&m)) return;
+  expert = expert || m.type == "Expert";
   for (const Parameter& p : m.parameters) {
-    out.push_back({m.name.empty() ? p.name : m.name + "." + p.name, &p});
+    out.push_back({m.name.empty() ? p.name : m.name + "." + p.name, &p, expert});
   }
-  for (const Module& child : m.children) collect(child, skip, out);
+  for (const Module& child : m.children) collect(child, skip, expert, out);
 }
 
 }  // namespace
@@ -31,8 +34,8 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
   for (std::size_t u = 1; u < fsdp_units.size(); ++u) other_units.insert(fsdp_units[u].module);
 
   const ShardingTraits traits = sharding_traits(config);
-  // Padding to the optimizer's ranks makes every shard of every level whole.
-  const int64_t sharding_ranks = traits.optimizer_ranks;
+  // Routed experts on an expert mesh are grouped apart: they shard over other ranks.
+  const bool expert_groups = expert_mesh(config);
   const int64_t element_bytes = dtype_bytes(config.param_dtype);
   std::vector<ParamGroup> groups;
   units.clear();
@@ -41,14 +44,16 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
     PlanUnit unit{.id = static_cast<int64_t>(u), .name = fu.name, .parameters = fu.parameters};
     std::vector<NamedParameter> params;
     if (fu.module == nullptr) {
-      collect(model.root, other_units, params);
+      collect(model.root, other_units, false, params);
     } else {
-      collect(*fu.module, {}, params);
+      collect(*fu.module, {}, false, params);
     }
-    for (bool requires_grad : {true, false}) {
+    for (const auto& [expert, requires_grad] : {std::pair{false, true}, std::pair{false, false},
+                                                std::pair{true, true}, std::pair{true, false}}) {
       ParamGroup* open = nullptr;
       for (const NamedParameter& np : params) {
         if (np.parameter->requires_grad != requires_grad) continue;
+        if ((np.expert && expert_groups) != expert) continue;
         const int64_t n = np.parameter->numel();
         const bool full = open != nullptr && config.bucket_bytes &&
                           (open->elements + n) * element_bytes > *config.bucket_bytes;
@@ -56,7 +61,8 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
           groups.push_back(ParamGroup{.id = static_cast<int64_t>(groups.size()),
                                       .unit = unit.id,
                                       .dtype = config.param_dtype,
-                                      .requires_grad = requires_grad});
+                                      .requires_grad = requires_grad,
+                                      .expert = expert});
           unit.groups.push_back(groups.back().id);
           open = &groups.back();
         }
@@ -66,9 +72,10 @@ std::vector<ParamGroup> build_param_groups(const ModelSpec& model,
     }
     units.push_back(std::move(unit));
   }
+  // Padding to the optimizer's ranks makes every shard of every level whole.
   for (ParamGroup& g : groups) {
-    g.padded_elements = round_up(g.elements, kShardAlignElements * sharding_ranks);
-    g.shard_elements = g.padded_elements / traits.param_ranks;
+    g.padded_elements = round_up(g.elements, kShardAlignElements * optimizer_ranks_of(traits, g));
+    g.shard_elements = g.padded_elements / param_ranks_of(traits, g);
   }
   return groups;
 }

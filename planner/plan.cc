@@ -24,7 +24,7 @@ constexpr NameTable<OpKind, 11> kOpKinds = {{{OpKind::all_gather, "all_gather"},
                                              {OpKind::all_to_all, "all_to_all"},
                                              {OpKind::offload, "offload"},
                                              {OpKind::reload, "reload"}}};
-constexpr NameTable<BufferRole, 17> kRoles = {
+constexpr NameTable<BufferRole, 18> kRoles = {
     {{BufferRole::model_weight, "model_weight"},
      {BufferRole::fp8_columnwise_weight, "fp8_columnwise_weight"},
      {BufferRole::fp8_transpose_cache, "fp8_transpose_cache"},
@@ -37,6 +37,7 @@ constexpr NameTable<BufferRole, 17> kRoles = {
      {BufferRole::recompute_activations, "recompute_activations"},
      {BufferRole::double_buffer, "double_buffer"},
      {BufferRole::tp_buffer, "tp_buffer"},
+     {BufferRole::ep_buffer, "ep_buffer"},
      {BufferRole::cp_buffer, "cp_buffer"},
      {BufferRole::fp8_weight_cache, "fp8_weight_cache"},
      {BufferRole::workspace, "workspace"},
@@ -179,7 +180,26 @@ Timeline plan_timeline(const Plan& plan, std::string source, std::string allocat
 bool is_model_parallel_group(const Plan& plan, int64_t group) {
   if (group < 0) return false;
   const std::string& name = plan.process_groups[static_cast<std::size_t>(group)].name;
-  return name == "tp" || name == "cp";
+  return is_model_parallel_group_name(name);
+}
+
+BufferRole comm_buffer_role(MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::tp:
+      return BufferRole::tp_buffer;
+    case MeshAxis::cp:
+      return BufferRole::cp_buffer;
+    case MeshAxis::ep:
+    case MeshAxis::etp:
+    case MeshAxis::ep_etp:
+      break;
+  }
+  return BufferRole::ep_buffer;
+}
+
+bool is_comm_buffer(BufferRole role) {
+  return role == BufferRole::tp_buffer || role == BufferRole::cp_buffer ||
+         role == BufferRole::ep_buffer;
 }
 
 }  // namespace shardplan

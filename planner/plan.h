@@ -49,6 +49,7 @@ enum class BufferRole {
   recompute_activations,  // full recompute: re-created inside the unit's backward
   double_buffer,          // double_buffer: persistent unsharded buffers
   tp_buffer,              // a tensor-parallel collective's output: the gathered sequence
+  ep_buffer,              // a MoE layer's dispatched tokens (all-to-all or gather over ep, etp)
   cp_buffer,              // context parallelism's received K/V chunks (or gathered K/V)
   fp8_weight_cache,       // FP8 GEMMs on unsharded bf16 weights: Transformer Engine's cast copies
   workspace,              // held by one compute op while it runs (the cross entropy's logits)
@@ -73,7 +74,9 @@ std::vector<std::string> buffer_role_names();
 // one such family. Collectives and shards name their group by index into
 // Plan::process_groups, so every consumer splits ranks the way the planner did.
 struct ProcessGroup {
-  std::string name;  // "tp", "cp", "dp_shard_cp", "dp_outer", "dp" (dp_shard_cp and dp_outer)
+  // "tp", "cp", "dp_shard_cp", "dp_outer", "dp" (dp_shard_cp and dp_outer); on an expert
+  // mesh "ep", "etp", "ep_etp" (the two flattened) and "edp" (expert data parallel).
+  std::string name;
   int64_t size = 1;
   int64_t stride = 1;
 };
@@ -94,8 +97,12 @@ struct ParamGroup {
   bool requires_grad = true;
   int64_t elements = 0;                 // parameters in the group
   int64_t padded_elements = 0;          // after padding
-  int64_t shard_elements = 0;           // per dp_shard rank: padded / dp_shard
+  int64_t shard_elements = 0;           // per rank of its sharding group: padded / its ranks
   std::vector<std::string> parameters;  // fully-qualified names, in layout order
+  // Routed experts' parameters on an expert mesh (ep > 1 or etp ≠ tp): sharded over the
+  // expert-data-parallel group "edp" rather than dp_shard × cp, gathered and reduced on
+  // their own (Megatron-FSDP groups parameters by expert or dense, per layer).
+  bool expert = false;
 };
 
 // Each shard is a multiple of 256 elements, so shards of every dtype (1 to 4 bytes) start
@@ -115,7 +122,7 @@ struct PlanUnit {
 // modules' ModuleComm), sized for the whole micro-batch as nccl-tests counts it.
 struct SegmentComm {
   CommKind kind = CommKind::all_gather;
-  MeshAxis axis = MeshAxis::tp;  // runs over the "tp" or "cp" process group
+  MeshAxis axis = MeshAxis::tp;  // runs over the process group of that name (plan.process_groups)
   std::string module;            // the module that runs it
   double bytes = 0;
   int64_t count = 1;  // back-to-back repetitions (ring steps)
@@ -226,9 +233,14 @@ struct Plan {
   double tokens_per_gpu = 0;
 };
 
-// Whether an op's group (its index into plan.process_groups; -1: none) is tensor or
-// context parallel: its time is model-parallel time, not FSDP's.
+// Whether an op's group (its index into plan.process_groups; -1: none) is tensor, context
+// or expert parallel: its time is model-parallel time, not FSDP's.
 bool is_model_parallel_group(const Plan& plan, int64_t group);
+
+// The transient buffer role that holds a model-parallel collective on `axis`: one buffer
+// per role and pass (tp, cp, and the MoE dispatch's ep, etp and ep_etp together).
+BufferRole comm_buffer_role(MeshAxis axis);
+bool is_comm_buffer(BufferRole role);
 
 // The matmuls a compute op runs, each as (m, n, k): forward and recompute run every
 // forward matmul of the op's segment; backward two per matmul, the input gradient

@@ -36,12 +36,6 @@ void add_persistent_buffers(Plan& plan) {
   const bool shard_params = t.shard_params;
   const bool shard_grads = t.shard_grads;
   const bool shard_optimizer = t.shard_optimizer;
-  const int64_t optimizer_ranks = t.optimizer_ranks;
-  const int64_t param_group = find_process_group(plan, "dp_shard_cp");
-  const int64_t optimizer_group =
-      find_process_group(plan, t.outer_optimizer ? "dp" : "dp_shard_cp");
-  const int64_t weight_shards = shard_params ? param_group : -1;
-  const int64_t optimizer_shards = shard_optimizer ? optimizer_group : -1;
   // PyTorch FSDP: the shard is the main weight, and no separate main copy exists.
   const bool torch_layout = torch_fsdp_layout(c);
   const bool main_copy =
@@ -58,6 +52,11 @@ void add_persistent_buffers(Plan& plan) {
                                               ? "<root>"
                                               : plan.units[static_cast<std::size_t>(g.unit)].name,
                                           g.id);
+    const int64_t param_group = find_process_group(plan, param_group_name(g));
+    const int64_t optimizer_ranks = optimizer_ranks_of(t, g);
+    const int64_t weight_shards = shard_params ? param_group : -1;
+    const int64_t optimizer_shards =
+        shard_optimizer ? find_process_group(plan, optimizer_group_name(t, g)) : -1;
     const int64_t weight_elements = shard_params ? g.shard_elements : g.padded_elements;
     const DType weight_dtype = torch_layout         ? c.main_param_dtype
                                : c.fp8_param_gather ? DType::fp8_e4m3

@@ -69,6 +69,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                       {"padded_elements", g.padded_elements},
                       {"shard_elements", g.shard_elements},
                       {"parameters", g.parameters}});
+    // Written where true only: a plan without experts reads as before.
+    if (g.expert) groups.back()["expert"] = true;
   }
   nlohmann::json segments = nlohmann::json::array();
   for (const PlanSegment& s : plan.segments) {
@@ -197,7 +199,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   }
   for (const JsonReader& g : r.objects("groups")) {
     g.expect_only({"id", "unit", "dtype", "requires_grad", "elements", "padded_elements",
-                   "shard_elements", "parameters"});
+                   "shard_elements", "parameters", "expert"});
     plan.groups.push_back(
         ParamGroup{.id = g.integer("id"),
                    .unit = g.integer("unit"),
@@ -206,7 +208,8 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                    .elements = g.integer("elements"),
                    .padded_elements = g.integer("padded_elements"),
                    .shard_elements = g.integer("shard_elements"),
-                   .parameters = g.strings("parameters")});
+                   .parameters = g.strings("parameters"),
+                   .expert = g.boolean_or("expert", false)});
   }
   for (const JsonReader& s : r.objects("segments")) {
     s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",

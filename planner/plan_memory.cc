@@ -63,9 +63,7 @@ PlanMemory plan_memory(const Plan& plan) {
   });
   m.fp8_transpose_cache = transient_peak(
       plan, [](const PlanBuffer& b) { return b.role == BufferRole::fp8_transpose_cache; });
-  m.comm_buffers = transient_peak(plan, [](const PlanBuffer& b) {
-    return b.role == BufferRole::tp_buffer || b.role == BufferRole::cp_buffer;
-  });
+  m.comm_buffers = transient_peak(plan, [](const PlanBuffer& b) { return is_comm_buffer(b.role); });
   m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
   m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
   m.non_tensor = static_cast<double>(plan.non_tensor_bytes);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/name_table.h"
+#include "planner/sharding.h"
 #include "pool/pool.h"
 
 namespace shardplan {
@@ -40,8 +41,19 @@ std::optional<PlanError> check_process_groups(const Plan& plan) {
   }
   // The mesh's groups, with the sizes its config gives them (sharding.h).
   const FsdpConfig& c = plan.config;
-  const std::pair<const char*, int64_t> mesh[] = {
+  std::vector<std::pair<const char*, int64_t>> mesh = {
       {"tp", c.tp}, {"cp", c.cp}, {"dp_shard_cp", c.dp_shard * c.cp}, {"dp_outer", c.dp_outer}};
+  if (expert_mesh(c)) {
+    if (c.ep * expert_tp(c) > plan.num_gpus || plan.num_gpus % (c.ep * expert_tp(c)) != 0) {
+      return PlanError{PlanErrorKind::bad_process_group,
+                       fmt::format("the expert mesh ep × etp = {} × {} does not divide {} GPUs",
+                                   c.ep, expert_tp(c), plan.num_gpus)};
+    }
+    mesh.insert(mesh.end(), {{"ep", c.ep},
+                             {"etp", expert_tp(c)},
+                             {"ep_etp", c.ep * expert_tp(c)},
+                             {"edp", plan.num_gpus / (c.ep * expert_tp(c))}});
+  }
   for (const auto& [name, size] : mesh) {
     const int64_t g = find_process_group(plan, name);
     if (g < 0) {
@@ -220,8 +232,6 @@ std::optional<PlanError> check_sizes(const Plan& plan) {
                      fmt::format("pool of {} bytes is below its lower bound of {}",
                                  plan.pool.size_bytes, plan.pool.lower_bound_bytes)};
   }
-  const int64_t shard_ranks =
-      plan.process_groups[static_cast<std::size_t>(find_process_group(plan, "dp_shard_cp"))].size;
   for (const PlanUnit& unit : plan.units) {
     int64_t elements = 0;
     for (int64_t g : unit.groups) {
@@ -230,6 +240,13 @@ std::optional<PlanError> check_sizes(const Plan& plan) {
                          fmt::format("unit {} names group {}", unit.id, g)};
       }
       const ParamGroup& group = plan.groups[static_cast<std::size_t>(g)];
+      const int64_t sharding = find_process_group(plan, param_group_name(group));
+      if (sharding < 0) {
+        return PlanError{PlanErrorKind::bad_process_group,
+                         fmt::format("group {} shards over '{}', which the plan does not have", g,
+                                     param_group_name(group))};
+      }
+      const int64_t shard_ranks = plan.process_groups[static_cast<std::size_t>(sharding)].size;
       if (group.padded_elements < group.elements ||
           group.shard_elements * shard_ranks != group.padded_elements) {
         return PlanError{PlanErrorKind::size_mismatch,

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 
 #include "planner/sharding.h"
 
@@ -76,11 +78,17 @@ std::string unit_label(const Plan& plan, int64_t unit) {
   return name.empty() ? "<root>" : name;
 }
 
-// A unit's persistent buffers, by what reads or writes them.
+// A unit's parameters fall in up to two shard domains, gathered and reduced apart: the
+// dense ones over dp_shard × cp, and routed experts on an expert mesh over edp.
+constexpr int kDense = 0, kExperts = 1;
+constexpr std::array<int, 2> kDomains = {kDense, kExperts};
+
+// A unit's persistent buffers, by what reads or writes them, and by domain.
 struct UnitBuffers {
   std::vector<int64_t> weights;     // model weights (and MXFP8's column-wise copy)
   std::vector<int64_t> main_grads;  // gradients the reductions land in
   std::vector<int64_t> optimizer;   // main weights and optimizer states
+  std::array<std::vector<int64_t>, 2> weights_of, main_grads_of, optimizer_of;
 };
 
 // What one micro-batch's forward leaves for its backward, per unit (ops and buffers; -1
@@ -90,16 +98,18 @@ struct MicroBatchState {
       : ag_fwd(units, -1),
         ag_bwd(units, -1),
         reduce(units, -1),
-        unsharded_fwd(units, -1),
-        unsharded_bwd(units, -1),
-        unsharded_grad(units, -1),
+        unsharded_fwd(units),
+        unsharded_bwd(units),
+        unsharded_grad(units, {-1, -1}),
         transpose_cache(units, -1),
         activations(segments, -1),
         offload(segments, -1),
         reload(segments, -1),
         reloaded(segments, -1) {}
-  std::vector<int64_t> ag_fwd, ag_bwd, reduce;
-  std::vector<int64_t> unsharded_fwd, unsharded_bwd, unsharded_grad, transpose_cache;
+  std::vector<int64_t> ag_fwd, ag_bwd, reduce;  // the unit's last gather (reduction) op
+  std::vector<std::vector<int64_t>> unsharded_fwd, unsharded_bwd;  // a buffer per domain
+  std::vector<std::array<int64_t, 2>> unsharded_grad;              // per domain, -1: none
+  std::vector<int64_t> transpose_cache;
   std::vector<int64_t> activations;  // per segment
   // offload_activations, per segment: the copy to host, the copy back, and its buffer.
   std::vector<int64_t> offload, reload, reloaded;
@@ -116,13 +126,12 @@ class ScheduleBuilder {
         emit_(plan),
         shard_group_(find_process_group(plan, "dp_shard_cp")),
         outer_group_(find_process_group(plan, "dp_outer")),
-        tp_group_(find_process_group(plan, "tp")),
-        cp_group_(find_process_group(plan, "cp")),
+        domain_groups_{shard_group_, find_process_group(plan, "edp")},
         gather_bytes_(c_.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c_.param_dtype))),
         grad_bytes_(static_cast<double>(dtype_bytes(c_.grad_reduce_dtype))),
         units_(plan.units.size()),
         last_reduce_(plan.units.size(), -1),
-        accumulated_(plan.units.size(), -1) {
+        accumulated_(plan.units.size(), {-1, -1}) {
     index_persistent_buffers();
     // Layer units in forward order (every unit but the root owns exactly one segment).
     for (const PlanSegment& seg : plan_.segments) {
@@ -150,7 +159,11 @@ class ScheduleBuilder {
 
  private:
   void index_persistent_buffers();
-  double unsharded_bytes(int64_t unit, double element_bytes, bool trainable_only) const;
+  // A unit's parameters at `element_bytes` each: all of them, or one domain's.
+  double unsharded_bytes(int64_t unit, double element_bytes, bool trainable_only,
+                         int domain = -1) const;
+  // The process group a model-parallel collective on `axis` runs over.
+  int64_t axis_group(MeshAxis axis) const;
   bool has_grads(int64_t unit) const { return unsharded_bytes(unit, 1.0, true) > 0; }
   double shard_ranks() const {
     return static_cast<double>(plan_.process_groups[static_cast<std::size_t>(shard_group_)].size);
@@ -198,7 +211,8 @@ class ScheduleBuilder {
   const ShardingTraits s_;
   const bool torch_layout_;  // PyTorch FSDP's parameter layout (fsdp_config.h)
   Emitter emit_;
-  const int64_t shard_group_, outer_group_, tp_group_, cp_group_;
+  const int64_t shard_group_, outer_group_;
+  const std::array<int64_t, 2> domain_groups_;  // the group each domain shards over
   const double gather_bytes_, grad_bytes_;
   std::vector<UnitBuffers> units_;
   std::vector<int64_t> double_buffers_;
@@ -208,9 +222,9 @@ class ScheduleBuilder {
   bool cast_grads_ = false;
   bool gather_root_ = false;
   std::vector<int64_t> last_reduce_;  // final reduction op per unit
-  // no_sync: per unit, the gradients summed across micro-batches (-1 until the first
-  // backward makes them).
-  std::vector<int64_t> accumulated_;
+  // no_sync: per unit and domain, the gradients summed across micro-batches (-1 until the
+  // first backward makes them).
+  std::vector<std::array<int64_t, 2>> accumulated_;
   std::vector<int64_t> next_start_deps_;  // what the next micro-batch (or the step) waits for
   int64_t mb_ = 0;
   MicroBatchState state_{0, 0};
@@ -251,21 +265,21 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   work.deps.insert(work.deps.end(), pending_side_.begin(), pending_side_.end());
   pending_side_.clear();
   if (comms.empty()) return emit_.op(std::move(work));
-  double tp_bytes = 0, cp_bytes = 0;
+  // One buffer per role (tp, cp, ep), sized for its largest collective, in role order.
+  std::map<BufferRole, double> role_bytes;
   for (const SegmentComm& c : comms) {
-    double& axis_bytes = c.axis == MeshAxis::cp ? cp_bytes : tp_bytes;
-    axis_bytes = std::max(axis_bytes, comm_buffer_bytes(c.kind, c.bytes));
+    double& bytes = role_bytes[comm_buffer_role(c.axis)];
+    bytes = std::max(bytes, comm_buffer_bytes(c.kind, c.bytes));
   }
-  auto buffer = [&](const char* axis, BufferRole role, double bytes) -> int64_t {
-    if (bytes <= 0) return -1;  // no collective on this axis
+  std::map<BufferRole, int64_t> buffers;
+  for (const auto& [role, bytes] : role_bytes) {
+    if (bytes <= 0) continue;  // no bytes to hold
     const int64_t id =
         emit_.transient(role, seg.unit, mb_, c_.param_dtype, bytes,
-                        fmt::format("{}_buffer {} {} mb{}", axis, pass, seg.label, mb_));
+                        fmt::format("{} {} {} mb{}", buffer_role_name(role), pass, seg.label, mb_));
     work.reads.push_back(id);
-    return id;
-  };
-  const int64_t tp_buffer = buffer("tp", BufferRole::tp_buffer, tp_bytes);
-  const int64_t cp_buffer = buffer("cp", BufferRole::cp_buffer, cp_bytes);
+    buffers[role] = id;
+  }
   const std::vector<int64_t> start_deps = work.deps;
   // Transformer Engine's userbuffers pipeline the sequence-parallel collectives of forward
   // and backward; PyTorch's AsyncTP fuses those of the forward graph ("up to ~20% forward
@@ -273,8 +287,12 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   const bool tp_overlap = c_.tp_comm_overlap && (c_.stack == Stack::megatron_te || pass == "fwd");
   for (const SegmentComm& c : comms) {
     const bool cp = c.axis == MeshAxis::cp;
-    const bool overlapped = cp ? c.kind == CommKind::send_recv : tp_overlap;
-    const int64_t buf = cp ? cp_buffer : tp_buffer;
+    // MoE dispatch and combine block the compute stream (Megatron runs them in line).
+    const bool overlapped =
+        cp ? c.kind == CommKind::send_recv : c.axis == MeshAxis::tp && tp_overlap;
+    const auto found = buffers.find(comm_buffer_role(c.axis));
+    const std::vector<int64_t> writes =
+        found == buffers.end() ? std::vector<int64_t>{} : std::vector<int64_t>{found->second};
     for (int64_t step = 0; step < c.count; ++step) {
       const int64_t id =
           emit_.op(PlanOp{.stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
@@ -285,13 +303,32 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
                                               comm_short_name(op_kind_of(c.kind)), pass, c.module,
                                               mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
                           .bytes = c.bytes,
-                          .group = cp ? cp_group_ : tp_group_,
+                          .group = axis_group(c.axis),
                           .deps = start_deps,
-                          .writes = {buf}});
+                          .writes = writes});
       (overlapped ? pending_side_ : work.deps).push_back(id);
     }
   }
   return emit_.op(std::move(work));
+}
+
+int64_t ScheduleBuilder::axis_group(MeshAxis axis) const {
+  // Without an expert mesh the experts are split as the dense layers are: their
+  // tensor-parallel group is tp.
+  const bool mesh = expert_mesh(c_);
+  switch (axis) {
+    case MeshAxis::tp:
+      return find_process_group(plan_, "tp");
+    case MeshAxis::cp:
+      return find_process_group(plan_, "cp");
+    case MeshAxis::ep:
+      return find_process_group(plan_, mesh ? "ep" : "tp");
+    case MeshAxis::etp:
+      return find_process_group(plan_, mesh ? "etp" : "tp");
+    case MeshAxis::ep_etp:
+      return find_process_group(plan_, mesh ? "ep_etp" : "tp");
+  }
+  return -1;
 }
 
 void ScheduleBuilder::index_persistent_buffers() {
@@ -304,53 +341,71 @@ void ScheduleBuilder::index_persistent_buffers() {
     }
     if (b.unit < 0) continue;
     UnitBuffers& u = units_[static_cast<std::size_t>(b.unit)];
+    const auto domain = static_cast<std::size_t>(
+        b.group >= 0 && plan_.groups[static_cast<std::size_t>(b.group)].expert ? kExperts : kDense);
     if (b.role == BufferRole::model_weight || b.role == BufferRole::fp8_columnwise_weight) {
       u.weights.push_back(b.id);
+      u.weights_of[domain].push_back(b.id);
     } else if (b.role == BufferRole::main_grad) {
       u.main_grads.push_back(b.id);
+      u.main_grads_of[domain].push_back(b.id);
     } else if (b.role == BufferRole::main_weight || b.role == BufferRole::optimizer_state) {
       u.optimizer.push_back(b.id);
+      u.optimizer_of[domain].push_back(b.id);
     }
   }
 }
 
-double ScheduleBuilder::unsharded_bytes(int64_t unit, double element_bytes,
-                                        bool trainable_only) const {
+double ScheduleBuilder::unsharded_bytes(int64_t unit, double element_bytes, bool trainable_only,
+                                        int domain) const {
   double total = 0;
   for (int64_t g : plan_.units[static_cast<std::size_t>(unit)].groups) {
     const ParamGroup& group = plan_.groups[static_cast<std::size_t>(g)];
     if (trainable_only && !group.requires_grad) continue;
+    if (domain >= 0 && static_cast<int>(group.expert) != domain) continue;
     total += static_cast<double>(group.padded_elements) * element_bytes;
   }
   return total;
 }
 
+// One all-gather per domain the unit has parameters in (the experts' after the dense
+// ones', on the same stream), each into a buffer of its own; the unit's last one stands
+// for both, as it depends on the first.
 void ScheduleBuilder::gather(int64_t unit, bool backward, int64_t layer_index,
                              std::vector<int64_t> deps) {
   const auto u = static_cast<std::size_t>(unit);
-  int64_t buffer;
-  if (double_buffered_ && unit != 0) {
-    buffer = double_buffer_for(layer_index, false);
-  } else {
-    buffer = emit_.transient(BufferRole::unsharded_weight, unit, mb_,
-                             c_.fp8_param_gather ? DType::fp8_e4m3 : c_.param_dtype,
-                             unsharded_bytes(unit, gather_bytes_, false),
-                             fmt::format("unsharded_weight{} {} mb{}", backward ? ".bwd" : "",
-                                         unit_label(plan_, unit), mb_));
+  std::vector<int64_t>& buffers = (backward ? state_.unsharded_bwd : state_.unsharded_fwd)[u];
+  int64_t& last = (backward ? state_.ag_bwd : state_.ag_fwd)[u];
+  buffers.clear();
+  last = -1;
+  for (int domain : kDomains) {
+    const double bytes = unsharded_bytes(unit, gather_bytes_, false, domain);
+    if (units_[u].weights_of[static_cast<std::size_t>(domain)].empty()) continue;
+    const char* what = domain == kExperts ? " experts" : "";
+    int64_t buffer;
+    if (double_buffered_ && unit != 0) {
+      buffer = double_buffer_for(layer_index, false);
+    } else {
+      buffer = emit_.transient(BufferRole::unsharded_weight, unit, mb_,
+                               c_.fp8_param_gather ? DType::fp8_e4m3 : c_.param_dtype, bytes,
+                               fmt::format("unsharded_weight{} {}{} mb{}", backward ? ".bwd" : "",
+                                           unit_label(plan_, unit), what, mb_));
+    }
+    buffers.push_back(buffer);
+    std::vector<int64_t> op_deps = deps;
+    if (last >= 0) op_deps.push_back(last);
+    last = emit_.op(PlanOp{.stream = Stream::ag,
+                           .kind = OpKind::all_gather,
+                           .unit = unit,
+                           .micro_batch = mb_,
+                           .name = fmt::format("{} {}{} mb{}", backward ? "ag_bwd" : "ag_fwd",
+                                               unit_label(plan_, unit), what, mb_),
+                           .bytes = bytes,
+                           .group = domain_groups_[static_cast<std::size_t>(domain)],
+                           .deps = std::move(op_deps),
+                           .reads = units_[u].weights_of[static_cast<std::size_t>(domain)],
+                           .writes = {buffer}});
   }
-  (backward ? state_.unsharded_bwd : state_.unsharded_fwd)[u] = buffer;
-  (backward ? state_.ag_bwd : state_.ag_fwd)[u] =
-      emit_.op(PlanOp{.stream = Stream::ag,
-                      .kind = OpKind::all_gather,
-                      .unit = unit,
-                      .micro_batch = mb_,
-                      .name = fmt::format("{} {} mb{}", backward ? "ag_bwd" : "ag_fwd",
-                                          unit_label(plan_, unit), mb_),
-                      .bytes = unsharded_bytes(unit, gather_bytes_, false),
-                      .group = shard_group_,
-                      .deps = std::move(deps),
-                      .reads = units_[u].weights,
-                      .writes = {buffer}});
 }
 
 void ScheduleBuilder::emit_forward(int64_t mb) {
@@ -381,7 +436,7 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
     std::vector<int64_t> reads;
     if (s_.shard_params && (seg.unit != 0 || gather_root_)) {
       deps.push_back(state_.ag_fwd[u]);
-      reads.push_back(state_.unsharded_fwd[u]);
+      reads = state_.unsharded_fwd[u];
     } else {
       reads = unit.weights;
     }
@@ -429,32 +484,42 @@ void ScheduleBuilder::emit_forward(int64_t mb) {
   }
 }
 
+// One reduction per domain the unit has gradients in (the experts' after the dense ones',
+// depending on it), each over its own group.
 void ScheduleBuilder::reduce(int64_t unit, std::vector<int64_t> deps) {
   const auto u = static_cast<std::size_t>(unit);
   const bool all_reduce = s_.all_reduce_grads;
-  std::vector<int64_t> reads = !s_.shard_grads ? units_[u].main_grads
-                               : c_.no_sync    ? std::vector<int64_t>{accumulated_[u]}
-                                               : std::vector<int64_t>{state_.unsharded_grad[u]};
-  std::vector<int64_t> writes = units_[u].main_grads;
-  if (cast_grads_ && s_.shard_grads) {
-    // The reduce-scatter's input, written by its copy-in and held until it ends.
-    writes.insert(
-        writes.begin(),
-        emit_.transient(BufferRole::unsharded_grad, unit, mb_, c_.grad_reduce_dtype,
-                        unsharded_bytes(unit, grad_bytes_, true),
-                        fmt::format("reduce_input {} mb{}", unit_label(plan_, unit), mb_)));
+  int64_t id = -1;
+  for (int domain : kDomains) {
+    const auto d = static_cast<std::size_t>(domain);
+    const double bytes = unsharded_bytes(unit, grad_bytes_, true, domain);
+    if (units_[u].main_grads_of[d].empty()) continue;
+    const char* what = domain == kExperts ? " experts" : "";
+    std::vector<int64_t> reads = !s_.shard_grads ? units_[u].main_grads_of[d]
+                                 : c_.no_sync    ? std::vector<int64_t>{accumulated_[u][d]}
+                                              : std::vector<int64_t>{state_.unsharded_grad[u][d]};
+    std::vector<int64_t> writes = units_[u].main_grads_of[d];
+    if (cast_grads_ && s_.shard_grads) {
+      // The reduce-scatter's input, written by its copy-in and held until it ends.
+      writes.insert(writes.begin(),
+                    emit_.transient(
+                        BufferRole::unsharded_grad, unit, mb_, c_.grad_reduce_dtype, bytes,
+                        fmt::format("reduce_input {}{} mb{}", unit_label(plan_, unit), what, mb_)));
+    }
+    std::vector<int64_t> op_deps = deps;
+    if (id >= 0) op_deps.push_back(id);
+    id = emit_.op(PlanOp{.stream = c_.async_reduce ? Stream::rs : Stream::compute,
+                         .kind = all_reduce ? OpKind::all_reduce : OpKind::reduce_scatter,
+                         .unit = unit,
+                         .micro_batch = mb_,
+                         .name = fmt::format("{} {}{} mb{}", all_reduce ? "ar" : "rs",
+                                             unit_label(plan_, unit), what, mb_),
+                         .bytes = bytes,
+                         .group = domain_groups_[d],
+                         .deps = std::move(op_deps),
+                         .reads = std::move(reads),
+                         .writes = std::move(writes)});
   }
-  const int64_t id = emit_.op(PlanOp{
-      .stream = c_.async_reduce ? Stream::rs : Stream::compute,
-      .kind = all_reduce ? OpKind::all_reduce : OpKind::reduce_scatter,
-      .unit = unit,
-      .micro_batch = mb_,
-      .name = fmt::format("{} {} mb{}", all_reduce ? "ar" : "rs", unit_label(plan_, unit), mb_),
-      .bytes = unsharded_bytes(unit, grad_bytes_, true),
-      .group = shard_group_,
-      .deps = std::move(deps),
-      .reads = std::move(reads),
-      .writes = std::move(writes)});
   state_.reduce[u] = id;
   last_reduce_[u] = id;
   if (s_.hsdp && mb_ == c_.grad_accum - 1) reduce_outer(unit, id);
@@ -511,7 +576,9 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
   std::vector<int64_t> deps = {last_backward >= 0 ? last_backward : state_.last_forward};
   if (reloaded) deps.push_back(state_.reload[s]);
   if (s_.shard_params && (layer || gather_root_)) {
-    reads.push_back(layer ? state_.unsharded_bwd[u] : state_.unsharded_fwd[u]);
+    const std::vector<int64_t>& gathered =
+        layer ? state_.unsharded_bwd[u] : state_.unsharded_fwd[u];
+    reads.insert(reads.end(), gathered.begin(), gathered.end());
     if (layer) deps.push_back(state_.ag_bwd[u]);
   } else {
     reads.insert(reads.end(), units_[u].weights.begin(), units_[u].weights.end());
@@ -534,50 +601,57 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
   }
   std::vector<int64_t> writes;
   double accumulate_bytes = 0;  // no_sync: the traffic of summing into the accumulator
-  if (grads && c_.no_sync) {
-    // FSDP2 under set_requires_gradient_sync(False) (and in the last micro-batch before it
-    // reduces): autograd writes param_dtype gradients, which post-backward upcasts into
-    // the unit's accumulator (the first micro-batch) or adds to it (the rest); without a
-    // reduce_dtype of its own the accumulator is the param_dtype .grad itself.
-    const DType acc_dtype = accumulated_grad_dtype(c_);
-    const double acc_bytes =
-        unsharded_bytes(seg.unit, static_cast<double>(dtype_bytes(acc_dtype)), true);
-    const bool first = accumulated_[u] < 0;
-    if (first) {
-      accumulated_[u] =
-          emit_.transient(BufferRole::accumulated_grad, seg.unit, mb_, acc_dtype, acc_bytes,
-                          fmt::format("accumulated_grad {}", unit_label(plan_, seg.unit)));
+  for (int domain : kDomains) {
+    const auto d = static_cast<std::size_t>(domain);
+    if (units_[u].main_grads_of[d].empty()) continue;
+    const std::string where =
+        fmt::format("{}{}", unit_label(plan_, seg.unit), domain == kExperts ? " experts" : "");
+    if (grads && c_.no_sync) {
+      // FSDP2 under set_requires_gradient_sync(False) (and in the last micro-batch before
+      // it reduces): autograd writes param_dtype gradients, which post-backward upcasts
+      // into the unit's accumulator (the first micro-batch) or adds to it (the rest);
+      // without a reduce_dtype of its own the accumulator is the param_dtype .grad itself.
+      const DType acc_dtype = accumulated_grad_dtype(c_);
+      const double acc_bytes =
+          unsharded_bytes(seg.unit, static_cast<double>(dtype_bytes(acc_dtype)), true, domain);
+      int64_t& accumulated = accumulated_[u][d];
+      const bool first = accumulated < 0;
+      if (first) {
+        accumulated = emit_.transient(BufferRole::accumulated_grad, seg.unit, mb_, acc_dtype,
+                                      acc_bytes, fmt::format("accumulated_grad {}", where));
+      } else {
+        reads.push_back(accumulated);
+      }
+      if (cast_grads_) {
+        const double grad = unsharded_bytes(
+            seg.unit, static_cast<double>(dtype_bytes(c_.param_dtype)), true, domain);
+        writes.push_back(emit_.transient(BufferRole::unsharded_grad, seg.unit, mb_, c_.param_dtype,
+                                         grad, fmt::format("unsharded_grad {} mb{}", where, mb_)));
+        accumulate_bytes += grad + (first ? acc_bytes : 2.0 * acc_bytes);
+      } else if (!first) {
+        accumulate_bytes += 2.0 * acc_bytes;
+      }
+      writes.push_back(accumulated);
+    } else if (grads) {
+      int64_t& unsharded = state_.unsharded_grad[u][d];
+      if (unsharded < 0) {
+        unsharded =
+            double_buffered_ && layer
+                ? double_buffer_for(num_layers() - 1 - position, true)
+                : emit_.transient(
+                      BufferRole::unsharded_grad, seg.unit, mb_,
+                      cast_grads_ ? c_.param_dtype : c_.grad_reduce_dtype,
+                      unsharded_bytes(seg.unit,
+                                      cast_grads_ ? static_cast<double>(dtype_bytes(c_.param_dtype))
+                                                  : grad_bytes_,
+                                      true, domain),
+                      fmt::format("unsharded_grad {} mb{}", where, mb_));
+      }
+      writes.push_back(unsharded);
     } else {
-      reads.push_back(accumulated_[u]);
+      writes.insert(writes.end(), units_[u].main_grads_of[d].begin(),
+                    units_[u].main_grads_of[d].end());
     }
-    if (cast_grads_) {
-      const double grad =
-          unsharded_bytes(seg.unit, static_cast<double>(dtype_bytes(c_.param_dtype)), true);
-      writes.push_back(
-          emit_.transient(BufferRole::unsharded_grad, seg.unit, mb_, c_.param_dtype, grad,
-                          fmt::format("unsharded_grad {} mb{}", unit_label(plan_, seg.unit), mb_)));
-      accumulate_bytes = grad + (first ? acc_bytes : 2.0 * acc_bytes);
-    } else if (!first) {
-      accumulate_bytes = 2.0 * acc_bytes;
-    }
-    writes.push_back(accumulated_[u]);
-  } else if (grads) {
-    if (state_.unsharded_grad[u] < 0) {
-      state_.unsharded_grad[u] =
-          double_buffered_ && layer
-              ? double_buffer_for(num_layers() - 1 - position, true)
-              : emit_.transient(
-                    BufferRole::unsharded_grad, seg.unit, mb_,
-                    cast_grads_ ? c_.param_dtype : c_.grad_reduce_dtype,
-                    unsharded_bytes(seg.unit,
-                                    cast_grads_ ? static_cast<double>(dtype_bytes(c_.param_dtype))
-                                                : grad_bytes_,
-                                    true),
-                    fmt::format("unsharded_grad {} mb{}", unit_label(plan_, seg.unit), mb_));
-    }
-    writes.push_back(state_.unsharded_grad[u]);
-  } else {
-    writes = units_[u].main_grads;
   }
   if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb_, "bwd"));
   return emit_work(
@@ -704,16 +778,20 @@ void ScheduleBuilder::emit_post_step_gathers() {
                       .reads = units_[u].optimizer,
                       .writes = units_[u].weights});
     }
-    if (s_.post_step_gather) {
+    if (!s_.post_step_gather) continue;
+    for (int domain : kDomains) {
+      const auto d = static_cast<std::size_t>(domain);
+      if (units_[u].main_grads_of[d].empty()) continue;
       emit_.op(PlanOp{.stream = Stream::ag,
                       .kind = OpKind::all_gather,
                       .unit = unit,
-                      .name = fmt::format("ag_post {}", unit_label(plan_, unit)),
-                      .bytes = unsharded_bytes(unit, param_bytes, true),
-                      .group = shard_group_,
+                      .name = fmt::format("ag_post {}{}", unit_label(plan_, unit),
+                                          domain == kExperts ? " experts" : ""),
+                      .bytes = unsharded_bytes(unit, param_bytes, true, domain),
+                      .group = domain_groups_[d],
                       .deps = {step_},
-                      .reads = units_[u].optimizer,
-                      .writes = units_[u].weights});
+                      .reads = units_[u].optimizer_of[d],
+                      .writes = units_[u].weights_of[d]});
     }
   }
 }

@@ -231,16 +231,17 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
       {"exposed all-gather", format_seconds(s.exposed_all_gather_seconds)},
       {"exposed reduce-scatter", format_seconds(s.exposed_reduce_scatter_seconds)},
       {"exposed outer", format_seconds(s.exposed_outer_seconds)},
-      {"exposed tp/cp", format_seconds(s.exposed_model_parallel_seconds)},
+      {"exposed tp/cp/ep", format_seconds(s.exposed_model_parallel_seconds)},
       {"peak allocated", gib(static_cast<double>(s.peak_allocated_bytes))},
       {"peak reserved",
        fmt::format("{} of {} — {}", gib(static_cast<double>(s.peak_reserved_bytes)),
                    gib(static_cast<double>(s.capacity_bytes)), s.fits ? "fits" : "does not fit")},
       {"critical path",
-       fmt::format("compute {}, all-gather {}, reduce-scatter {}, outer {}, tp/cp {}, optimizer {}",
-                   format_seconds(p.compute), format_seconds(p.all_gather),
-                   format_seconds(p.reduce_scatter), format_seconds(p.outer),
-                   format_seconds(p.model_parallel), format_seconds(p.optimizer))},
+       fmt::format(
+           "compute {}, all-gather {}, reduce-scatter {}, outer {}, tp/cp/ep {}, optimizer {}",
+           format_seconds(p.compute), format_seconds(p.all_gather),
+           format_seconds(p.reduce_scatter), format_seconds(p.outer),
+           format_seconds(p.model_parallel), format_seconds(p.optimizer))},
   };
   std::string html = "<table>\n";
   for (const auto& [k, v] : rows)

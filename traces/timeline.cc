@@ -47,6 +47,10 @@ bool is_collective_kind(const std::string& kind) {
 
 }  // namespace
 
+bool is_model_parallel_group_name(std::string_view name) {
+  return name == "tp" || name == "cp" || name == "ep" || name == "etp" || name == "ep_etp";
+}
+
 void summarize_streams(Timeline& t) {
   TimelineSummary& s = t.summary;
   s.compute_seconds = s.exposed_all_gather_seconds = s.exposed_reduce_scatter_seconds =
@@ -60,7 +64,7 @@ void summarize_streams(Timeline& t) {
   double executed_flops = 0;
   for (const TimelineOp& op : t.ops) {
     const bool collective = is_collective_kind(op.kind);
-    const bool model_parallel = op.group == "tp" || op.group == "cp";
+    const bool model_parallel = is_model_parallel_group_name(op.group);
     if (model_parallel && op.end > op.start) model_parallel_spans.emplace_back(op.start, op.end);
     if (op.stream != "compute") continue;
     if (op.end > op.start) {

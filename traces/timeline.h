@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardplan {
@@ -75,6 +76,11 @@ struct Timeline {
   std::vector<int64_t> critical_path;  // op ids, first to last
   TimelineSummary summary;
 };
+
+// Whether a process group (by name) is tensor, context or expert parallel: its
+// collectives are the model's own, counted apart from FSDP's ("tp", "cp", "ep", "etp",
+// "ep_etp").
+bool is_model_parallel_group_name(std::string_view name);
 
 // From the op times alone: the compute stream's busy time, the time each collective
 // stream ("ag", "rs", "outer") is in flight while the compute stream is idle, and the

@@ -121,14 +121,21 @@ TEST(ModelsCommandTest, TinyParameterCountIsExact) {
 }
 
 TEST(ModelsCommandTest, ListsExactlyTheZooModelsWithTheirFamilies) {
-  const std::map<std::string, std::string> expected = {
-      {"gpt3-175b", "transformer"},     {"llama2-7b", "transformer"},
-      {"llama2-13b", "transformer"},    {"llama2-70b", "transformer"},
-      {"llama3.1-405b", "transformer"}, {"llama3-70b", "transformer"},
-      {"llama3-8b", "transformer"},     {"mixtral-8x7b", "moe"},
-      {"mpt-7b", "transformer"},        {"mpt-13b", "transformer"},
-      {"mpt-30b", "transformer"},       {"mpt-70b", "transformer"},
-      {"qwen3-30b-a3b", "moe"},         {"tiny", "transformer"}};
+  const std::map<std::string, std::string> expected = {{"gpt3-175b", "transformer"},
+                                                       {"llama2-7b", "transformer"},
+                                                       {"llama2-13b", "transformer"},
+                                                       {"llama2-70b", "transformer"},
+                                                       {"llama3.1-405b", "transformer"},
+                                                       {"llama3-70b", "transformer"},
+                                                       {"llama3-8b", "transformer"},
+                                                       {"mixtral-8x7b", "moe"},
+                                                       {"mpt-7b", "transformer"},
+                                                       {"mpt-13b", "transformer"},
+                                                       {"mpt-30b", "transformer"},
+                                                       {"mpt-70b", "transformer"},
+                                                       {"qwen3-30b-a3b", "moe"},
+                                                       {"tiny", "transformer"},
+                                                       {"tiny-moe", "moe"}};
   std::map<std::string, std::string> listed;
   for (const nlohmann::json& m : models_json().at("models")) {
     listed[m.at("name").get<std::string>()] = m.at("family").get<std::string>();

@@ -147,9 +147,10 @@ TEST(Activations, MoeExpertsSeeTheirShareOfTokens) {
   ASSERT_NE(experts_layer, nullptr);
   const double h = 4096, f = 14336, s = 1024;
   // Router: its input (bf16) and fp32 probabilities over 8 experts; 2 routed copies of
-  // the token, each saving 2F (SwiGLU) + F (down input) + h (expert output) in bf16 and
-  // its fp32 routing weight.
-  const double per_token = 2.0 * h + 4.0 * 8 + 2.0 * (2.0 * (h + 2 * f + f + h) + 4.0);
+  // the token, each saving h (the permuted token, fc1's input) + 2F (SwiGLU) + F (down
+  // input) in bf16 and its fp32 routing weight; Megatron's unpermute keeps only indices
+  // (token_dispatcher.py at Megatron-LM d98e8a6).
+  const double per_token = 2.0 * h + 4.0 * 8 + 2.0 * (2.0 * (h + 2 * f + f) + 4.0);
   EXPECT_DOUBLE_EQ(saved_activation_bytes(*experts_layer, {.seq_len = 1024}, Recompute::none),
                    per_token * s);
 }
