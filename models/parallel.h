@@ -57,6 +57,8 @@ struct ModelParallel {
   double moe_imbalance = 1.0;
   double moe_capacity_factor = 0;
 
+  bool operator==(const ModelParallel&) const = default;
+
   bool trivial() const {
     return tp == 1 && cp == 1 && ep == 1 && etp == 1 && moe_imbalance == 1.0 &&
            moe_capacity_factor == 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
-#include <tuple>
 
 namespace shardplan {
 namespace {
@@ -17,11 +16,7 @@ struct Split {
   std::shared_ptr<const ModelSpec> model;
 
   bool matches(const ModelSpec& whole, const ModelParallel& p) const {
-    return arch == whole.arch && name == whole.name && source == whole.source &&
-           std::tie(parallel.tp, parallel.sequence_parallel, parallel.cp, parallel.cp_comm,
-                    parallel.vocab_parallel_loss, parallel.vocab_parallel_embedding) ==
-               std::tie(p.tp, p.sequence_parallel, p.cp, p.cp_comm, p.vocab_parallel_loss,
-                        p.vocab_parallel_embedding);
+    return arch == whole.arch && name == whole.name && source == whole.source && parallel == p;
   }
 };
 

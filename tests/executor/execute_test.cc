@@ -22,9 +22,10 @@ CommandResult mpirun(int ranks, const std::vector<std::string>& args) {
   return run_program("mpirun", argv);
 }
 
-std::string make_plan(int gpus, const std::vector<std::string>& sets, const std::string& name) {
+std::string make_plan(int gpus, const std::vector<std::string>& sets, const std::string& name,
+                      const std::string& model = "tiny") {
   const std::string path = write_temp_file(name, "");
-  std::vector<std::string> args = {"plan", "--model", "tiny", "--gpus", std::to_string(gpus),
+  std::vector<std::string> args = {"plan", "--model", model, "--gpus", std::to_string(gpus),
                                    "-o",   path};
   for (const std::string& s : sets) {
     args.push_back("--set");
@@ -38,6 +39,7 @@ std::string make_plan(int gpus, const std::vector<std::string>& sets, const std:
 struct Case {
   int ranks;
   std::vector<std::string> sets;
+  std::string model = "tiny";
 };
 
 class ExecuteCpu : public ::testing::TestWithParam<Case> {};
@@ -46,7 +48,7 @@ TEST_P(ExecuteCpu, IntegrityChecksPass) {
   const Case& c = GetParam();
   std::vector<std::string> sets = c.sets;
   sets.push_back("grad_accum=2");
-  const std::string plan = make_plan(c.ranks, sets, "exec_plan.json");
+  const std::string plan = make_plan(c.ranks, sets, "exec_plan.json", c.model);
   const std::string measured = write_temp_file("measured.json", "");
   const CommandResult r = mpirun(
       c.ranks, {"execute", "--plan", plan, "--backend", "cpu", "--steps", "1", "-o", measured});
@@ -64,6 +66,11 @@ TEST_P(ExecuteCpu, IntegrityChecksPass) {
 // "np4_dp_outer_2_outer_strategy_optim": ranks and settings, as gtest names allow.
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
   std::string name = "np" + std::to_string(param_info.param.ranks);
+  if (param_info.param.model != "tiny") {
+    name += "_";
+    for (char ch : param_info.param.model)
+      name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  }
   for (const std::string& s : param_info.param.sets) {
     name += "_";
     for (char ch : s) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
@@ -105,6 +112,24 @@ INSTANTIATE_TEST_SUITE_P(
                       // against what their forward wrote.
                       Case{2, {"offload_activations=2"}},
                       Case{2, {"offload_activations=3", "recompute=full"}}),
+    case_name);
+
+// Mixture of experts on an expert mesh at 4 and 8 ranks: the experts' all-gathers and
+// reduce-scatters over their expert-data-parallel group beside the dense ones, the
+// dispatch and combine as all-gathers and reduce-scatters over ep × etp (allgather) or
+// all-to-alls over ep with gathers over etp (alltoall), every collective checked on real
+// data (an all-to-all delivers each peer's chunk, so the combine's returns every
+// dispatched token to the rank it left).
+INSTANTIATE_TEST_SUITE_P(
+    Experts, ExecuteCpu,
+    ::testing::Values(
+        Case{4, {"ep=2"}, "tiny-moe"}, Case{4, {"ep=4", "moe_dispatcher=alltoall"}, "tiny-moe"},
+        Case{4, {"ep=2", "sharding_strategy=optim"}, "tiny-moe"},
+        Case{8, {"tp=2", "ep=4", "etp=1", "moe_dispatcher=alltoall", "seq_len=512"}, "tiny-moe"},
+        Case{8,
+             {"ep=2", "etp=2", "moe_dispatcher=alltoall", "recompute=full", "seq_len=512"},
+             "tiny-moe"},
+        Case{8, {"cp=2", "ep=4", "sharding_strategy=no_shard", "seq_len=512"}, "tiny-moe"}),
     case_name);
 
 // The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its

@@ -1,0 +1,321 @@
+// Mixture of experts on an expert mesh: the expert groups in Megatron's expert rank order,
+// a 2-layer MoE (tiny-moe: 4 experts of width 128, top 2) on 4 GPUs with ep 2 whose
+// groups, ops and buffers are worked out by hand, Mixtral 8x7B with ep 8 on 64 GPUs
+// against closed forms, the busiest rank's load, and the config's errors.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/zoo.h"
+#include "planner/memory_estimate.h"
+#include "planner/plan_builder.h"
+#include "planner/plan_validator.h"
+#include "planner/rank_model.h"
+#include "planner/sharding.h"
+#include "tests/expect_input_error.h"
+
+namespace shardplan {
+namespace {
+
+using testing::expect_input_error;
+
+FsdpConfig resolved(const ModelSpec& model, const ClusterSpec& cluster, const nlohmann::json& j) {
+  return resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), model, cluster, "cfg");
+}
+
+const PlanOp& op_named(const Plan& plan, const std::string& name) {
+  for (const PlanOp& op : plan.ops)
+    if (op.name == name) return op;
+  throw std::runtime_error("no op " + name);
+}
+
+const PlanBuffer& buffer_named(const Plan& plan, const std::string& name) {
+  for (const PlanBuffer& b : plan.buffers)
+    if (b.name == name) return b;
+  throw std::runtime_error("no buffer " + name);
+}
+
+const ProcessGroup& group(const Plan& plan, const std::string& name) {
+  const int64_t g = find_process_group(plan, name);
+  if (g < 0) throw std::runtime_error("no group " + name);
+  return plan.process_groups[static_cast<std::size_t>(g)];
+}
+
+// 16 ranks as tp 2 × dp_shard 8 (dense), and etp 1 × ep 4 × edp 4 (experts): an expert
+// group is 4 consecutive ranks (Megatron's expert order "tp-ep-dp-pp", etp innermost),
+// the expert-data-parallel group the ranks 4 apart.
+TEST(MoePlan, ExpertGroupsFollowMegatronsExpertOrder) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", 2, std::nullopt);
+  const Plan plan =
+      build_plan(model, cluster,
+                 resolved(model, cluster, {{"tp", 2}, {"ep", 4}, {"etp", 1}, {"seq_len", 64}}));
+  ASSERT_FALSE(validate_plan(plan).has_value());
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> expected = {
+      {"etp", 1, 1}, {"ep", 4, 1}, {"ep_etp", 4, 1}, {"edp", 4, 4}};
+  for (const auto& [name, size, stride] : expected) {
+    EXPECT_EQ(group(plan, name).size, size) << name;
+    EXPECT_EQ(group(plan, name).stride, stride) << name;
+  }
+  const ProcessGroup& ep = group(plan, "ep");
+  const ProcessGroup& edp = group(plan, "edp");
+  // Rank 13: ep position 1 of ranks 12..15, expert-data-parallel position 3 of 1, 5, 9, 13.
+  EXPECT_EQ(group_rank(ep, 13), 1);
+  EXPECT_EQ(group_instance(ep, 12), group_instance(ep, 15));
+  EXPECT_NE(group_instance(ep, 11), group_instance(ep, 12));
+  EXPECT_EQ(group_rank(edp, 13), 3);
+  EXPECT_EQ(group_instance(edp, 1), group_instance(edp, 13));
+  // Each rank holds 4 / ep = 1 expert per layer, sharded over the 4 ranks of edp.
+  for (const ParamGroup& g : plan.groups) {
+    if (!g.expert) continue;
+    EXPECT_EQ(g.elements, 3 * 64 * 128);
+    EXPECT_EQ(g.shard_elements * 4, g.padded_elements);
+  }
+}
+
+// tiny-moe (hidden 64, 4 heads of 16, 2 KV heads, 4 experts of width 128, top 2, vocab
+// 512) on 4 GPUs with ep 2, etp 1, the alltoall dispatcher, one micro-batch of 128
+// tokens per rank, perfectly balanced routing (moe_imbalance 1).
+TEST(MoePlan, TwoLayersFourExpertsEp2HandWorked) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+  const Plan plan = build_plan(
+      model, cluster,
+      resolved(
+          model, cluster,
+          {{"ep", 2}, {"moe_dispatcher", "alltoall"}, {"moe_imbalance", 1.0}, {"seq_len", 128}}));
+  ASSERT_FALSE(validate_plan(plan).has_value());
+  // Groups per layer: the dense parameters (2 norms 2·64, q 64·64, k and v 64·32 each, o
+  // 64·64, router 64·4 = 12,672) padded to a multiple of 256 × 4 ranks = 13,312, shards of
+  // 3,328; the 2 local experts (2 × 3 × 64 × 128 = 49,152) over edp = 4 / ep = 2: already
+  // a multiple of 512, shards of 24,576. Root: embedding and head 2 × 512 · 64 + final norm
+  // 64 = 65,600, padded to 66,560, shards of 16,640.
+  ASSERT_EQ(plan.groups.size(), 5u);
+  const std::vector<std::tuple<int64_t, bool, int64_t, int64_t, int64_t>> groups = {
+      {0, false, 65600, 66560, 16640},
+      {1, false, 12672, 13312, 3328},
+      {1, true, 49152, 49152, 24576},
+      {2, false, 12672, 13312, 3328},
+      {2, true, 49152, 49152, 24576}};
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto& [unit, expert, elements, padded, shard] = groups[i];
+    EXPECT_EQ(plan.groups[i].unit, unit) << i;
+    EXPECT_EQ(plan.groups[i].expert, expert) << i;
+    EXPECT_EQ(plan.groups[i].elements, elements) << i;
+    EXPECT_EQ(plan.groups[i].padded_elements, padded) << i;
+    EXPECT_EQ(plan.groups[i].shard_elements, shard) << i;
+  }
+  EXPECT_EQ(plan.groups[2].parameters.front(), "layers.0.mlp.experts.0.gate_proj.weight");
+  EXPECT_EQ(plan.groups[2].parameters.back(), "layers.0.mlp.experts.1.down_proj.weight");
+
+  // Persistent bytes per GPU: 16 bytes per element of every shard (bf16 weight, fp32 main
+  // weight, bf16 grad, 2 fp32 Adam states): (16,640 + 2 × (3,328 + 24,576)) × 16.
+  int64_t persistent = 0;
+  for (const PlanBuffer& b : plan.buffers)
+    if (b.persistent) persistent += b.bytes;
+  EXPECT_EQ(persistent, (16640 + 2 * (3328 + 24576)) * 16);
+  // The expert shards live on the edp group, the dense ones on dp_shard_cp.
+  EXPECT_EQ(buffer_named(plan, "model_weight layers.0 g2").shard_group,
+            find_process_group(plan, "edp"));
+  EXPECT_EQ(buffer_named(plan, "model_weight layers.0 g1").shard_group,
+            find_process_group(plan, "dp_shard_cp"));
+
+  // Layer 0 is gathered in two all-gathers, dense then experts (bf16: 26,624 and 98,304
+  // bytes), and reduced in two reduce-scatters.
+  const PlanOp& ag_dense = op_named(plan, "ag_fwd layers.0 mb0");
+  const PlanOp& ag_experts = op_named(plan, "ag_fwd layers.0 experts mb0");
+  EXPECT_EQ(ag_dense.bytes, 26624);
+  EXPECT_EQ(ag_dense.group, find_process_group(plan, "dp_shard_cp"));
+  EXPECT_EQ(ag_experts.bytes, 98304);
+  EXPECT_EQ(ag_experts.group, find_process_group(plan, "edp"));
+  EXPECT_EQ(op_named(plan, "rs layers.0 experts mb0").bytes, 98304);
+  EXPECT_EQ(op_named(plan, "rs layers.0 experts mb0").group, find_process_group(plan, "edp"));
+  EXPECT_EQ(buffer_named(plan, "unsharded_weight layers.0 experts mb0").bytes, 98304);
+
+  // Dispatch: each rank routes its 128 tokens to 2 experts and sends the 256 copies of
+  // 64 bf16 elements (32,768 bytes) in one all-to-all over ep, and receives as many back
+  // in the combine; backward mirrors both. One ep buffer holds send and receive.
+  int dispatches = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (op.kind != OpKind::all_to_all) continue;
+    ++dispatches;
+    EXPECT_EQ(op.bytes, 32768) << op.name;
+    EXPECT_EQ(op.group, find_process_group(plan, "ep")) << op.name;
+    EXPECT_EQ(op.stream, Stream::compute) << op.name;
+  }
+  EXPECT_EQ(dispatches, 2 * 2 * 2);  // 2 layers × (dispatch, combine) × (forward, backward)
+  EXPECT_EQ(buffer_named(plan, "ep_buffer fwd layers.0 mb0").bytes, 2 * 32768);
+
+  // Each local expert runs 128 × 2 × 2 / 4 = 128 routed tokens: 2 · 3 · 64 · 128 FLOPs per
+  // token; the layer's forward adds them to attention and router.
+  const PlanSegment& layer0 = plan.segments[1];
+  ASSERT_EQ(layer0.label, "layers.0");
+  double expert_gemm = 0;
+  for (const GemmShape& g : layer0.gemms) {
+    if (g.k == 64 && g.n == 128) EXPECT_EQ(g.m, 128);  // gate and up of each expert
+    if (g.n == 128 || (g.n == 64 && g.k == 128)) expert_gemm += 2.0 * g.m * g.n * g.k;
+  }
+  EXPECT_DOUBLE_EQ(expert_gemm, 2 * 2.0 * 3 * 64 * 128 * 128);
+  // Saved per routed copy (128 per local expert): the permuted token (64), SwiGLU's gate
+  // and up outputs (256) and the down projection's input (128) in bf16, and its fp32
+  // weight.
+  const RankModel rank(model, plan.config);
+  const Module* local_expert = find_module(rank.get().root, "layers.0.mlp.experts.1");
+  ASSERT_NE(local_expert, nullptr);
+  EXPECT_EQ(find_module(rank.get().root, "layers.0.mlp.experts.2"), nullptr);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*local_expert, {.seq_len = 128}, Recompute::none),
+                   (2.0 * (64 + 256 + 128) + 4.0) * 128);
+  // The whole model's layer (all 4 experts on one rank, each seeing 128 · 2 / 4 = 64
+  // tokens) saves the same 256 routed copies as this rank's 2 experts of 128.
+  const Module* layer = find_module(model.root, "layers.0");
+  const double saved_whole = saved_activation_bytes(*layer, {.seq_len = 128}, Recompute::none);
+  EXPECT_DOUBLE_EQ(layer0.activation_bytes, saved_whole);
+}
+
+// Mixtral 8x7B on 64 H100s with ep 8: each rank holds 1 of the 8 experts of every layer,
+// sharded over the 8 ranks of its expert-data-parallel group, so under ZeRO-3 a GPU keeps
+// the same 16 bytes per parameter ÷ 64 as with ep 1, but gathers one expert per layer
+// instead of eight.
+TEST(MoePlan, MixtralEp8On64GpusAgainstClosedForms) {
+  const ModelSpec model = load_model("mixtral-8x7b");
+  const ClusterSpec cluster = load_cluster("dgx-h100", 8, std::nullopt);
+  const double dense_layer = 2.0 * 4096 * 4096 + 2.0 * 4096 * 1024 + 2 * 4096 + 4096 * 8;
+  const double expert = 3.0 * 4096 * 14336;
+  const double root = 2.0 * 32000 * 4096 + 4096;
+  for (const int64_t ep : {1, 8}) {
+    const Plan plan =
+        build_plan(model, cluster, resolved(model, cluster, {{"ep", ep}, {"seq_len", 4096}}));
+    ASSERT_FALSE(validate_plan(plan).has_value());
+    double persistent = 0;
+    for (const PlanBuffer& b : plan.buffers)
+      if (b.persistent) persistent += static_cast<double>(b.bytes);
+    const double per_gpu = 16.0 * ((32 * (dense_layer + 8 * expert) + root) / 64.0);
+    // Padding adds at most 256 × 64 elements per group.
+    EXPECT_NEAR(persistent, per_gpu, 16.0 * 256 * 64 * plan.groups.size()) << "ep " << ep;
+    // describe's closed form agrees within the same padding.
+    const MemoryEstimate e = estimate_memory(model, cluster, plan.config);
+    EXPECT_NEAR(e.model_weights + e.main_weights + e.main_grads + e.optimizer_states, per_gpu,
+                16.0 * 256 * 64 * plan.groups.size())
+        << "ep " << ep;
+    // One layer gathered: the dense part and the rank's experts (8 / ep of them), bf16.
+    double gathered = 0;
+    for (const PlanOp& op : plan.ops) {
+      if (op.kind == OpKind::all_gather && op.unit == 5 && op.micro_batch == 0 &&
+          op.name.starts_with("ag_fwd"))
+        gathered += op.bytes;
+    }
+    EXPECT_NEAR(gathered, 2.0 * (dense_layer + 8.0 / static_cast<double>(ep) * expert),
+                2.0 * 256 * 64 * 2)
+        << "ep " << ep;
+  }
+}
+
+// The busiest rank's routed tokens ÷ the mean: one expert per rank carries the imbalance
+// itself; every expert on one rank (ep 1) carries exactly its own tokens; a capacity
+// factor caps the busiest expert.
+TEST(MoePlan, BusiestRankLoad) {
+  const ModelSpec model = load_model("tiny-moe");  // 4 experts, top 2: imbalance ≤ 2
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+  auto expert_tokens = [&](const nlohmann::json& j) {
+    const Plan plan = build_plan(model, cluster, resolved(model, cluster, j));
+    double m = 0;
+    for (const GemmShape& g : plan.segments[1].gemms)
+      if (g.n == 128 && g.k == 64) m += static_cast<double>(g.m);
+    return m / 2.0;  // gate and up of every local expert
+  };
+  const double balanced = 128 * 2;  // 128 tokens × top 2 per rank
+  EXPECT_DOUBLE_EQ(expert_tokens({{"seq_len", 128}, {"moe_imbalance", 1.8}}), balanced);
+  // ep 4: one expert per rank, the busiest at 1.8 × the mean.
+  EXPECT_NEAR(expert_tokens({{"seq_len", 128}, {"ep", 4}, {"moe_imbalance", 1.8}}), 1.8 * balanced,
+              1.0);
+  // ep 2: the busiest expert (1.8) beside one at the others' mean, (4 − 1.8) / 3.
+  EXPECT_NEAR(expert_tokens({{"seq_len", 128}, {"ep", 2}, {"moe_imbalance", 1.8}}),
+              (1.8 + 2.2 / 3.0) / 2.0 * balanced, 1.0);
+  // A capacity of 1.25 × the mean drops the busiest expert's excess.
+  EXPECT_NEAR(
+      expert_tokens(
+          {{"seq_len", 128}, {"ep", 4}, {"moe_imbalance", 1.8}, {"moe_capacity_factor", 1.25}}),
+      1.25 * balanced, 1.0);
+}
+
+TEST(MoePlan, ConfigErrorsNameTheField) {
+  const ModelSpec moe = load_model("tiny-moe");
+  const ModelSpec dense = load_model("tiny");
+  const ClusterSpec four = load_cluster("dgx-h100", std::nullopt, 4);
+  const ClusterSpec sixteen = load_cluster("dgx-h100", 2, std::nullopt);
+  expect_input_error([&] { resolved(dense, four, {{"ep", 2}}); }, "/ep", "has no experts");
+  expect_input_error(
+      [&] {
+        resolved(moe, four, {{"ep", 3}, {"seq_len", 48}});
+      },
+      "/ep", "does not divide tiny-moe's 4 experts");
+  expect_input_error(
+      [&] {
+        resolved(moe, four, {{"ep", 4}, {"etp", 2}});
+      },
+      "/ep", "does not divide the 4 GPUs");
+  expect_input_error(
+      [&] {
+        resolved(moe, sixteen, {{"etp", 16}});
+      },
+      "/etp", "spans more than one NVLink domain");
+  expect_input_error(
+      [&] {
+        resolved(moe, four, {{"moe_imbalance", 2.5}});
+      },
+      "/moe_imbalance", "cannot see more than every token");
+  expect_input_error(
+      [&] {
+        resolved(moe, four, {{"tp", 2}, {"sequence_parallel", false}});
+      },
+      "/sequence_parallel", "MoE layer refuses tensor parallelism");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"ep", 2}, {"dp_outer", 2}}, "cfg");
+      },
+      "/dp_outer", "HSDP with an expert mesh");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"ep", 2}, {"double_buffer", true}}, "cfg");
+      },
+      "/double_buffer", "expert mesh");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"moe_dispatcher", "deepep"}}, "cfg");
+      },
+      "/moe_dispatcher", "DeepEP and HybridEP kernels are not modelled");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"moe_capacity_factor", 0}}, "cfg");
+      },
+      "/moe_capacity_factor", "must be in (0, 1e6]");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"moe_imbalance", 0.5}}, "cfg");
+      },
+      "/moe_imbalance", "at least 1");
+}
+
+TEST(MoePlan, ExpertFieldsRoundTripThroughJson) {
+  const FsdpConfig c = fsdp_config_from_json({{"ep", 8},
+                                              {"etp", 2},
+                                              {"moe_dispatcher", "alltoall"},
+                                              {"moe_capacity_factor", 1.25},
+                                              {"moe_imbalance", 1.04}},
+                                             "cfg");
+  const FsdpConfig back = fsdp_config_from_json(fsdp_config_to_json(c), "back");
+  EXPECT_EQ(back.ep, 8);
+  EXPECT_EQ(back.etp, 2);
+  EXPECT_EQ(back.moe_dispatcher, MoeDispatcher::alltoall);
+  EXPECT_EQ(back.moe_capacity_factor, 1.25);
+  EXPECT_EQ(back.moe_imbalance, 1.04);
+  // A dense job's config says nothing about experts.
+  const nlohmann::json plain = fsdp_config_to_json(FsdpConfig{});
+  for (const char* key : {"ep", "etp", "moe_dispatcher", "moe_capacity_factor", "moe_imbalance"})
+    EXPECT_FALSE(plain.contains(key)) << key;
+}
+
+}  // namespace
+}  // namespace shardplan
