@@ -55,6 +55,11 @@ nlohmann::json footprint_json(const Footprint& f) {
   return {{"elements", f.elements}, {"fixed_bytes", f.fixed_bytes}};
 }
 
+// The most experts a grouped GEMM stacks, and so the most routed copies of a token a
+// module may run (the transformer builder allows 4096 experts).
+constexpr int64_t kMaxStackedExperts = 4096;
+constexpr double kMaxTokenFraction = 4096;
+
 ModuleCost parse_cost(const JsonReader& r) {
   r.expect_only({"kind", "fwd_flops_per_token", "fwd_flops_per_token_ctx", "causal",
                  "bwd_flops_factor", "fwd_io_elements_per_token", "saved_per_token",
@@ -72,9 +77,12 @@ ModuleCost parse_cost(const JsonReader& r) {
   c.selective_recompute = r.boolean_or("selective_recompute", false);
   c.selective_kept_per_token = parse_footprint(r, "selective_kept_per_token");
   c.input_per_token = parse_footprint(r, "input_per_token");
+  // Above 1 where a module runs several routed copies of each token (a rank's grouped
+  // experts: top-k of them).
   c.token_fraction = r.number_or("token_fraction", 1.0);
-  if (!(c.token_fraction > 0 && c.token_fraction <= 1)) {
-    r.fail("token_fraction", fmt::format("must be in (0, 1], got {}", c.token_fraction));
+  if (!(c.token_fraction > 0 && c.token_fraction <= kMaxTokenFraction)) {
+    r.fail("token_fraction",
+           fmt::format("must be in (0, {}], got {}", kMaxTokenFraction, c.token_fraction));
   }
   return c;
 }
@@ -126,7 +134,7 @@ Parameter parse_parameter(const JsonReader& r) {
 constexpr int kMaxDepth = 256;
 
 Module parse_module(const JsonReader& r, const std::string& prefix, int depth) {
-  r.expect_only({"name", "type", "parameters", "cost", "children"});
+  r.expect_only({"name", "type", "parameters", "stacked_experts", "cost", "children"});
   const bool is_root = depth == 0;
   if (depth > kMaxDepth) r.fail("", fmt::format("modules nest deeper than {} levels", kMaxDepth));
   Module m;
@@ -144,6 +152,16 @@ Module parse_module(const JsonReader& r, const std::string& prefix, int depth) {
       m.parameters.push_back(parse_parameter(p));
       if (!seen.insert(m.parameters.back().name).second) {
         p.fail("name", fmt::format("duplicate parameter '{}'", m.parameters.back().name));
+      }
+    }
+  }
+  if (r.has("stacked_experts")) {
+    m.stacked_experts = r.integer_in("stacked_experts", 1, kMaxStackedExperts);
+    for (const Parameter& p : m.parameters) {
+      if (p.shape.empty() || p.shape.front() != m.stacked_experts) {
+        r.fail("stacked_experts",
+               fmt::format("parameter '{}' must stack {} experts along its first dimension", p.name,
+                           m.stacked_experts));
       }
     }
   }
@@ -180,6 +198,7 @@ nlohmann::json module_json(const Module& m, const std::string& parent, bool is_r
     }
     j["parameters"] = std::move(params);
   }
+  if (m.stacked_experts > 1) j["stacked_experts"] = m.stacked_experts;
   const ModuleCost& c = m.cost;
   j["cost"] = {{"kind", kind_name(c.kind)},
                {"fwd_flops_per_token", c.fwd_flops_per_token},

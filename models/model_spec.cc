@@ -51,7 +51,10 @@ double active_count(const Module& module, double parent_fraction) {
   const double fraction =
       module.cost.token_fraction != 1.0 ? module.cost.token_fraction : parent_fraction;
   double count = 0;
-  for (const Parameter& p : module.parameters) count += static_cast<double>(p.numel()) * fraction;
+  for (const Parameter& p : module.parameters) {
+    count +=
+        static_cast<double>(p.numel()) * fraction / static_cast<double>(module.stacked_experts);
+  }
   for (const Module& child : module.children) count += active_count(child, fraction);
   return count;
 }

@@ -106,6 +106,10 @@ struct Module {
   std::string name;
   std::string type;  // class-like name: "Linear", "RMSNorm", "DecoderLayer", ...
   std::vector<Parameter> parameters;
+  // A grouped GEMM's weights (Megatron's TEGroupedMLP, torchtitan's GroupedExperts): each
+  // parameter stacks this many experts along its first dimension, and each routed token
+  // runs through one of them (its FLOPs per token are one expert's).
+  int64_t stacked_experts = 1;
   ModuleCost cost;
   std::vector<Module> children;
 };

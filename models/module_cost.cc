@@ -160,13 +160,17 @@ std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& sha
   std::vector<GemmShape> out;
   std::function<void(const Module&, double)> walk = [&](const Module& m, double parent_share) {
     const double s = share(m, parent_share);
-    if (m.cost.kind == ComputeKind::gemm && !m.parameters.empty() &&
-        m.parameters.front().shape.size() == 2) {
-      const auto& w = m.parameters.front().shape;
+    // A grouped GEMM ([experts, out, in]) runs as one of its experts' shape over every
+    // routed token: the same FLOPs.
+    const std::vector<int64_t>* w = m.cost.kind == ComputeKind::gemm && !m.parameters.empty()
+                                        ? &m.parameters.front().shape
+                                        : nullptr;
+    const bool grouped = w != nullptr && w->size() == 3 && w->front() == m.stacked_experts;
+    if (w != nullptr && (w->size() == 2 || grouped)) {
       out.push_back(
           {.m = std::max<int64_t>(1, static_cast<int64_t>(std::llround(tokens_of(shape) * s))),
-           .n = w[0],
-           .k = w[1]});
+           .n = (*w)[w->size() - 2],
+           .k = (*w)[w->size() - 1]});
     }
     for (const Module& c : m.children) walk(c, s);
   };

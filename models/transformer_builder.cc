@@ -372,13 +372,17 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   experts.t = d(r.etp);
   experts.sequence_parallel = false;
   experts.seq = 1;
+  // The rank's experts as grouped GEMMs: one module whose weights stack them.
   const int64_t local_experts = a.num_experts / r.ep;
-  for (int64_t e = 0; e < local_experts; ++e) {
-    Module expert = mlp(join(name, fmt::format("experts.{}", e)), "Expert", a,
-                        a.moe_ffn_hidden_size, true, fixed(4.0), experts, false);
-    expert.cost.token_fraction = routed / d(local_experts);
-    m.children.push_back(std::move(expert));
+  Module grouped = mlp(join(name, "experts"), "Expert", a, a.moe_ffn_hidden_size, true, fixed(4.0),
+                       experts, false);
+  grouped.cost.token_fraction = routed;
+  for (Module& child : grouped.children) {
+    if (child.parameters.empty()) continue;
+    child.stacked_experts = local_experts;
+    for (Parameter& p : child.parameters) p.shape.insert(p.shape.begin(), local_experts);
   }
+  m.children.push_back(std::move(grouped));
   if (a.num_shared_experts > 0) {
     m.children.push_back(mlp(join(name, "shared_experts"), "SharedExpert", a,
                              a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, true));

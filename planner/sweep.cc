@@ -13,6 +13,7 @@
 #include "models/json_reader.h"
 #include "models/name_table.h"
 #include "models/suggest.h"
+#include "models/transformer_builder.h"
 #include "planner/memory_estimate.h"
 #include "planner/sharding.h"
 
@@ -119,6 +120,15 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
   s.double_buffer = {false};
   s.allocators = {base.allocator};  // the allocator the job runs with (expandable, ...)
   s.no_sync = {base.no_sync};
+  s.ep = {base.ep};
+  s.moe_dispatchers = {base.moe_dispatcher};
+  if (model.arch != nullptr && model.arch->num_experts > 1) {
+    s.ep = {1};
+    for (int64_t ep = 8; ep <= model.arch->num_experts && ep <= cluster.num_gpus; ep *= 2) {
+      if (model.arch->num_experts % ep == 0 && cluster.num_gpus % ep == 0) s.ep.push_back(ep);
+    }
+    s.moe_dispatchers = {MoeDispatcher::allgather, MoeDispatcher::alltoall};
+  }
   return s;
 }
 
@@ -127,7 +137,8 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   const JsonReader r(json, label);
   r.expect_only({"tp", "cp", "sharding_strategy", "dp_outer", "outer_strategy", "bucket_bytes",
                  "prefetch", "recompute", "micro_batch", "global_batch_sequences",
-                 "global_batch_tokens", "fp8", "double_buffer", "allocator", "no_sync"});
+                 "global_batch_tokens", "fp8", "double_buffer", "allocator", "no_sync", "ep",
+                 "moe_dispatcher"});
   auto named = [&](auto parse, auto names, const char* what) {
     return [&, parse, names, what](const nlohmann::json& v, const std::string& path) {
       if (!v.is_string()) r.fail(path, "expected a name");
@@ -191,6 +202,13 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   if (r.has("fp8")) s.fp8 = parse_list<bool>(r, "fp8", boolean);
   if (r.has("double_buffer")) s.double_buffer = parse_list<bool>(r, "double_buffer", boolean);
   if (r.has("no_sync")) s.no_sync = parse_list<bool>(r, "no_sync", boolean);
+  if (r.has("ep")) s.ep = parse_list<int64_t>(r, "ep", positive);
+  if (r.has("moe_dispatcher")) {
+    s.moe_dispatchers = parse_list<MoeDispatcher>(
+        r, "moe_dispatcher",
+        named([](const std::string& t) { return parse_moe_dispatcher(t); },
+              [] { return moe_dispatcher_names(); }, "moe_dispatcher"));
+  }
   if (r.has("allocator")) {
     s.allocators =
         parse_list<Allocator>(r, "allocator",
@@ -204,7 +222,8 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   for (const std::size_t n :
        {s.tp.size(), s.cp.size(), s.strategies.size(), s.dp_outer.size(), s.outer_strategies.size(),
         s.bucket_bytes.size(), s.prefetch.size(), s.recompute.size(), s.micro_batches.size(),
-        s.fp8.size(), s.double_buffer.size(), s.allocators.size(), s.no_sync.size()}) {
+        s.fp8.size(), s.double_buffer.size(), s.allocators.size(), s.no_sync.size(), s.ep.size(),
+        s.moe_dispatchers.size()}) {
     configs = std::min<int64_t>(configs * static_cast<int64_t>(std::max<std::size_t>(n, 1)),
                                 kMaxConfigs + 1);
   }
@@ -226,47 +245,62 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
       // Sequences per data-parallel rank: the tp × cp ranks of one replica share theirs.
       const int64_t model_ranks = tp * cp;
       const int64_t dp_ranks = num_gpus % model_ranks == 0 ? num_gpus / model_ranks : 0;
-      for (ShardingStrategy strategy : space.strategies) {
-        for (int64_t outer : space.dp_outer) {
-          const std::vector<OuterStrategy> outers =
-              outer > 1 ? space.outer_strategies
-                        : std::vector<OuterStrategy>{OuterStrategy::no_shard};
-          for (OuterStrategy outer_strategy : outers) {
-            for (const std::optional<int64_t>& bucket : space.bucket_bytes) {
-              for (int64_t prefetch : space.prefetch) {
-                for (Recompute recompute : space.recompute) {
-                  for (int64_t micro_batch : space.micro_batches) {
-                    for (bool fp8 : space.fp8) {
-                      for (bool double_buffer : space.double_buffer) {
-                        for (Allocator allocator : space.allocators) {
-                          for (bool no_sync : space.no_sync) {
-                            FsdpConfig c = mesh;
-                            c.sharding_strategy = strategy;
-                            c.dp_outer = outer;
-                            // 0: resolve infers it, or says why the mesh does not tile.
-                            c.dp_shard = 0;
-                            c.outer_strategy = outer_strategy;
-                            c.bucket_bytes = bucket;
-                            c.forward_prefetch = c.backward_prefetch = prefetch;
-                            c.recompute = recompute;
-                            c.micro_batch = micro_batch;
-                            // The global batch fixes micro_batch × grad_accum per data-parallel
-                            // rank; 0 marks a micro-batch that does not divide it (reported
-                            // as invalid).
-                            const int64_t per_rank = dp_ranks > 0 ? batch / dp_ranks : 0;
-                            c.grad_accum = batch <= 0 ? base.grad_accum
-                                           : (dp_ranks > 0 && batch % dp_ranks == 0 &&
-                                              per_rank % micro_batch == 0)
-                                               ? per_rank / micro_batch
-                                               : 0;
-                            // FP8 GEMMs; under ZeRO-3 on FP8 weights (the only FP8 there
-                            // that Megatron-FSDP runs), else on bf16 weights.
-                            c.fp8 = fp8;
-                            c.fp8_param_gather = fp8 && sharding_traits(c).shard_params;
-                            c.double_buffer = double_buffer;
-                            c.allocator = allocator;
-                            c.no_sync = no_sync;
-                            out.push_back(std::move(c));
+      // The expert settings change the rank's model: next to the mesh, so that
+      // consecutive points share one (RankModel keeps a few).
+      for (int64_t ep : space.ep) {
+        for (MoeDispatcher dispatcher : space.moe_dispatchers) {
+          for (ShardingStrategy strategy : space.strategies) {
+            for (int64_t outer : space.dp_outer) {
+              // HSDP on an expert mesh is not modelled (fsdp_config.cc): those points are
+              // left out rather than listed as invalid.
+              if (ep > 1 && outer > 1) continue;
+              const std::vector<OuterStrategy> outers =
+                  outer > 1 ? space.outer_strategies
+                            : std::vector<OuterStrategy>{OuterStrategy::no_shard};
+              for (OuterStrategy outer_strategy : outers) {
+                for (const std::optional<int64_t>& bucket : space.bucket_bytes) {
+                  for (int64_t prefetch : space.prefetch) {
+                    for (Recompute recompute : space.recompute) {
+                      for (int64_t micro_batch : space.micro_batches) {
+                        for (bool fp8 : space.fp8) {
+                          for (bool double_buffer : space.double_buffer) {
+                            for (Allocator allocator : space.allocators) {
+                              for (bool no_sync : space.no_sync) {
+                                {
+                                  {
+                                    FsdpConfig c = mesh;
+                                    c.sharding_strategy = strategy;
+                                    c.dp_outer = outer;
+                                    // 0: resolve infers it, or says why the mesh does not tile.
+                                    c.dp_shard = 0;
+                                    c.outer_strategy = outer_strategy;
+                                    c.bucket_bytes = bucket;
+                                    c.forward_prefetch = c.backward_prefetch = prefetch;
+                                    c.recompute = recompute;
+                                    c.micro_batch = micro_batch;
+                                    // The global batch fixes micro_batch × grad_accum per
+                                    // data-parallel rank; 0 marks a micro-batch that does not
+                                    // divide it (reported as invalid).
+                                    const int64_t per_rank = dp_ranks > 0 ? batch / dp_ranks : 0;
+                                    c.grad_accum = batch <= 0 ? base.grad_accum
+                                                   : (dp_ranks > 0 && batch % dp_ranks == 0 &&
+                                                      per_rank % micro_batch == 0)
+                                                       ? per_rank / micro_batch
+                                                       : 0;
+                                    // FP8 GEMMs; under ZeRO-3 on FP8 weights (the only FP8 there
+                                    // that Megatron-FSDP runs), else on bf16 weights.
+                                    c.fp8 = fp8;
+                                    c.fp8_param_gather = fp8 && sharding_traits(c).shard_params;
+                                    c.double_buffer = double_buffer;
+                                    c.allocator = allocator;
+                                    c.no_sync = no_sync;
+                                    c.ep = ep;
+                                    c.moe_dispatcher = dispatcher;
+                                    out.push_back(std::move(c));
+                                  }
+                                }
+                              }
+                            }
                           }
                         }
                       }
@@ -332,6 +366,9 @@ std::string describe_config(const FsdpConfig& c) {
     if (c.loss_kernel != LossKernel::upcast)
       text += fmt::format(" {}-loss", loss_kernel_name(c.loss_kernel));
   }
+  if (c.ep > 1) text += fmt::format(" ep{}", c.ep);
+  if (c.etp > 0 && c.etp != c.tp) text += fmt::format(" etp{}", c.etp);
+  if (c.moe_dispatcher == MoeDispatcher::alltoall) text += " a2a";
   if (c.double_buffer) text += " dbuf";
   if (c.no_sync) text += " no_sync";
   if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);

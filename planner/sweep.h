@@ -36,6 +36,10 @@ struct SearchSpace {
   // PyTorch FSDP's no_sync accumulation (torch stacks, ZeRO-3, more than one micro-batch;
   // elsewhere the point is invalid): fewer reduce-scatters against unsharded gradients.
   std::vector<bool> no_sync;
+  // Mixture of experts: expert-parallel sizes and token dispatchers (the base's for dense
+  // models).
+  std::vector<int64_t> ep;
+  std::vector<MoeDispatcher> moe_dispatchers;
 };
 
 // What a sweep covers with no flags: for transformer models every power-of-two tp up to
@@ -44,7 +48,8 @@ struct SearchSpace {
 // under 2 B parameters), every power-of-two dp_outer with both outer strategies, the
 // base bucket, prefetch 0–2, the three recompute modes, micro-batches 1, 2 and 4 for a
 // global batch of 4 sequences per GPU, the base config's precision (FP8 only when it asks
-// for it), allocator and no_sync.
+// for it), allocator and no_sync. MoE models: ep 1 and every power of two from 8 (one
+// NVLink node) to the number of experts that the GPUs allow, both dispatchers.
 SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& base);
 

@@ -111,9 +111,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "/root/children/0/cost/kind",
                  "did you mean 'gemm'"},
         BadModel{"token_fraction",
-                 {{"/root/children/0/cost", {{"token_fraction", 1.5}}}},
+                 {{"/root/children/0/cost", {{"token_fraction", 5000}}}},
                  "/root/children/0/cost/token_fraction",
-                 "(0, 1]"},
+                 "(0, 4096]"},
+        BadModel{"stacked_experts_shape",
+                 {{"/root/children/0/stacked_experts", 4}},
+                 "/root/children/0/stacked_experts",
+                 "must stack 4 experts along its first dimension"},
         BadModel{"misspelt_key",
                  {{"/root/children/0/paramters", nlohmann::json::array()}},
                  "/root/children/0/paramters",
@@ -173,7 +177,11 @@ TEST(TransformerFile, MoeLayersPickWhichLayersAreSparse) {
       model_from_json(patched(kSmallTransformer, patched(kMoe, {{"moe_layers", {1}}})), "t.json");
   EXPECT_EQ(find_module(moe.root, "layers.0")->type, "DecoderLayer");
   EXPECT_EQ(find_module(moe.root, "layers.1")->type, "MoEDecoderLayer");
-  EXPECT_NE(find_module(moe.root, "layers.1.mlp.experts.3.down_proj"), nullptr);
+  // Its experts run as grouped GEMMs: each weight stacks them along its first dimension.
+  const Module* down = find_module(moe.root, "layers.1.mlp.experts.down_proj");
+  ASSERT_NE(down, nullptr);
+  EXPECT_EQ(down->stacked_experts, kMoe["num_experts"].get<int64_t>());
+  EXPECT_EQ(down->parameters.front().shape.front(), kMoe["num_experts"].get<int64_t>());
 }
 
 }  // namespace

@@ -107,8 +107,11 @@ TEST(MoePlan, TwoLayersFourExpertsEp2HandWorked) {
     EXPECT_EQ(plan.groups[i].padded_elements, padded) << i;
     EXPECT_EQ(plan.groups[i].shard_elements, shard) << i;
   }
-  EXPECT_EQ(plan.groups[2].parameters.front(), "layers.0.mlp.experts.0.gate_proj.weight");
-  EXPECT_EQ(plan.groups[2].parameters.back(), "layers.0.mlp.experts.1.down_proj.weight");
+  // The rank's two experts as grouped GEMM weights [2, out, in].
+  EXPECT_EQ(plan.groups[2].parameters,
+            (std::vector<std::string>{"layers.0.mlp.experts.gate_proj.weight",
+                                      "layers.0.mlp.experts.up_proj.weight",
+                                      "layers.0.mlp.experts.down_proj.weight"}));
 
   // Persistent bytes per GPU: 16 bytes per element of every shard (bf16 weight, fp32 main
   // weight, bf16 grad, 2 fp32 Adam states): (16,640 + 2 × (3,328 + 24,576)) × 16.
@@ -148,27 +151,26 @@ TEST(MoePlan, TwoLayersFourExpertsEp2HandWorked) {
   EXPECT_EQ(dispatches, 2 * 2 * 2);  // 2 layers × (dispatch, combine) × (forward, backward)
   EXPECT_EQ(buffer_named(plan, "ep_buffer fwd layers.0 mb0").bytes, 2 * 32768);
 
-  // Each local expert runs 128 × 2 × 2 / 4 = 128 routed tokens: 2 · 3 · 64 · 128 FLOPs per
-  // token; the layer's forward adds them to attention and router.
+  // The rank's experts run 128 × 2 = 256 routed tokens (each expert 128 of them) at
+  // 2 · 3 · 64 · 128 FLOPs each: one grouped GEMM per projection over all 256.
   const PlanSegment& layer0 = plan.segments[1];
   ASSERT_EQ(layer0.label, "layers.0");
   double expert_gemm = 0;
   for (const GemmShape& g : layer0.gemms) {
-    if (g.k == 64 && g.n == 128) EXPECT_EQ(g.m, 128);  // gate and up of each expert
+    if (g.k == 64 && g.n == 128) EXPECT_EQ(g.m, 256);  // gate and up, grouped
     if (g.n == 128 || (g.n == 64 && g.k == 128)) expert_gemm += 2.0 * g.m * g.n * g.k;
   }
   EXPECT_DOUBLE_EQ(expert_gemm, 2 * 2.0 * 3 * 64 * 128 * 128);
-  // Saved per routed copy (128 per local expert): the permuted token (64), SwiGLU's gate
-  // and up outputs (256) and the down projection's input (128) in bf16, and its fp32
-  // weight.
+  // Saved per routed copy (256 on this rank): the permuted token (64), SwiGLU's gate and
+  // up outputs (256) and the down projection's input (128) in bf16, and its fp32 weight.
   const RankModel rank(model, plan.config);
-  const Module* local_expert = find_module(rank.get().root, "layers.0.mlp.experts.1");
-  ASSERT_NE(local_expert, nullptr);
-  EXPECT_EQ(find_module(rank.get().root, "layers.0.mlp.experts.2"), nullptr);
-  EXPECT_DOUBLE_EQ(saved_activation_bytes(*local_expert, {.seq_len = 128}, Recompute::none),
-                   (2.0 * (64 + 256 + 128) + 4.0) * 128);
-  // The whole model's layer (all 4 experts on one rank, each seeing 128 · 2 / 4 = 64
-  // tokens) saves the same 256 routed copies as this rank's 2 experts of 128.
+  const Module* local_experts = find_module(rank.get().root, "layers.0.mlp.experts");
+  ASSERT_NE(local_experts, nullptr);
+  EXPECT_EQ(local_experts->children.front().parameters.front().shape,
+            (std::vector<int64_t>{2, 128, 64}));
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*local_experts, {.seq_len = 128}, Recompute::none),
+                   (2.0 * (64 + 256 + 128) + 4.0) * 256);
+  // The whole model's layer (all 4 experts on one rank) saves the same 256 routed copies.
   const Module* layer = find_module(model.root, "layers.0");
   const double saved_whole = saved_activation_bytes(*layer, {.seq_len = 128}, Recompute::none);
   EXPECT_DOUBLE_EQ(layer0.activation_bytes, saved_whole);
@@ -223,7 +225,7 @@ TEST(MoePlan, BusiestRankLoad) {
     double m = 0;
     for (const GemmShape& g : plan.segments[1].gemms)
       if (g.n == 128 && g.k == 64) m += static_cast<double>(g.m);
-    return m / 2.0;  // gate and up of every local expert
+    return m / 2.0;  // gate and up, each over every routed token
   };
   const double balanced = 128 * 2;  // 128 tokens × top 2 per rank
   EXPECT_DOUBLE_EQ(expert_tokens({{"seq_len", 128}, {"moe_imbalance", 1.8}}), balanced);
