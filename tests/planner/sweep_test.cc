@@ -202,6 +202,43 @@ TEST(Sweep, NoSyncIsAnAxisOfTheSpace) {
   EXPECT_GT(refused, 0);
 }
 
+// MoE models: ep and the dispatcher are axes of the default space; the best of a small
+// space is the minimum over its points simulated one by one, and an expert mesh with HSDP
+// (not modelled) is left out rather than listed.
+TEST(Sweep, ExpertParallelismIsAnAxisForMoeModels) {
+  Fixture f;
+  f.model = load_model("tiny-moe");
+  const SearchSpace defaults = default_search_space(f.model, f.cluster, f.base);
+  EXPECT_EQ(defaults.ep, (std::vector<int64_t>{1}));  // 4 experts: no power of two from 8
+  EXPECT_EQ(defaults.moe_dispatchers,
+            (std::vector<MoeDispatcher>{MoeDispatcher::allgather, MoeDispatcher::alltoall}));
+  const SearchSpace mixtral = default_search_space(
+      load_model("mixtral-8x7b"), load_cluster("dgx-h100", 8, std::nullopt), f.base);
+  EXPECT_EQ(mixtral.ep, (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(default_search_space(load_model("tiny"), f.cluster, f.base).ep,
+            (std::vector<int64_t>{1}));
+
+  SearchSpace s = f.space();
+  s.ep = {1, 2, 4};
+  const auto configs = enumerate_configs(s, f.base, f.cluster.num_gpus);
+  for (const FsdpConfig& c : configs) EXPECT_FALSE(c.ep > 1 && c.dp_outer > 1);
+  const SweepResult r =
+      sweep_configs(f.model, f.cluster, configs, f.evaluate,
+                    {.memory_cap = default_memory_cap(f.cluster), .prune = false});
+  double best = 1e30;
+  int with_ep = 0;
+  for (const SweepPoint& p : r.points) {
+    if (p.state != PointState::evaluated) continue;
+    with_ep += p.config.ep > 1;
+    const TimelineSummary one = f.evaluate(p.config, f.cluster);
+    EXPECT_DOUBLE_EQ(one.step_seconds, p.summary.step_seconds) << describe_config(p.config);
+    if (p.fits) best = std::min(best, one.step_seconds);
+  }
+  EXPECT_GT(with_ep, 0);
+  ASSERT_FALSE(r.ranking.empty());
+  EXPECT_DOUBLE_EQ(r.points[r.ranking.front()].summary.step_seconds, best);
+}
+
 TEST(Sweep, ThreadCountChangesNothing) {
   Fixture f;
   const auto configs = enumerate_configs(f.space(), f.base, f.cluster.num_gpus);
@@ -480,6 +517,13 @@ TEST(Sweep, SpaceFileErrorsNameTheField) {
         search_space_from_json({{"cp", 2}}, "space.json", d);
       },
       "/cp", "expected a non-empty list");
+  testing::expect_input_error(
+      [&] {
+        search_space_from_json({{"moe_dispatcher", {"deepep"}}}, "space.json", d);
+      },
+      "/moe_dispatcher/0", "unknown moe_dispatcher");
+  EXPECT_EQ(search_space_from_json({{"ep", {1, 8}}}, "space.json", d).ep,
+            (std::vector<int64_t>{1, 8}));
 }
 
 }  // namespace
