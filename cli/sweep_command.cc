@@ -94,19 +94,21 @@ std::string csv_text(const SweepResult& r) {
   std::string out =
       "index,label,sharding_strategy,tp,cp,dp_shard,dp_outer,outer_strategy,bucket_bytes,"
       "prefetch,recompute,micro_batch,grad_accum,fp8,fp8_param_gather,double_buffer,allocator,"
-      "no_sync,state,step_seconds,tokens_per_second_per_gpu,mfu,peak_reserved_bytes,fits,pareto,"
+      "no_sync,ep,moe_dispatcher,state,step_seconds,tokens_per_second_per_gpu,mfu,"
+      "peak_reserved_bytes,fits,pareto,"
       "memory_lower_bound_bytes,step_lower_bound_seconds\n";
   for (std::size_t i = 0; i < r.points.size(); ++i) {
     const SweepPoint& p = r.points[i];
     const FsdpConfig& c = p.config;
     const bool ok = p.state == PointState::evaluated;
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i,
-        describe_config(c), sharding_strategy_name(c.sharding_strategy), c.tp, c.cp, c.dp_shard,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        i, describe_config(c), sharding_strategy_name(c.sharding_strategy), c.tp, c.cp, c.dp_shard,
         c.dp_outer, outer_strategy_name(c.outer_strategy),
         c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
         recompute_label(c), c.micro_batch, c.grad_accum, fp8_compute(c), c.fp8_param_gather,
-        c.double_buffer, allocator_name(c.allocator), c.no_sync,
+        c.double_buffer, allocator_name(c.allocator), c.no_sync, c.ep,
+        moe_dispatcher_name(c.moe_dispatcher),
         ok                              ? "evaluated"
         : p.state == PointState::pruned ? "pruned"
                                         : "invalid",
