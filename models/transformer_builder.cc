@@ -398,20 +398,27 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
 // 5, ... in forward order keep their outputs, the others re-run in backward; attention
 // keeps its outputs (core attention sets them); with sequence parallelism the two
 // reduce-scatter outputs are saved too (reduce_scatter_tensor is on the list).
+//
+// In an MoE layer the router's matmul is recomputed by shape (force_recompute_mm_shapes_by_fqns
+// "moe.router.gate", counted nowhere) and the routed experts' grouped GEMMs
+// (aten._grouped_mm) are not on the save list at all: both re-run in backward, keeping
+// nothing (torchtitan/distributed/activation_checkpoint.py at 2026-08-21).
 void mark_sac_op(Module& layer, const Ranks& r) {
   int64_t matmuls = 0;
-  std::function<void(Module&)> visit = [&](Module& m) {
+  std::function<void(Module&, bool)> visit = [&](Module& m, bool grouped) {
+    grouped = grouped || m.type == "Expert";
     if (m.cost.kind == ComputeKind::gemm && !m.parameters.empty()) {
-      matmuls += 1;
-      if (matmuls % 2 == 1) {
+      if (grouped || m.type == "Router") {
+        m.cost.sac_op_recompute = true;
+      } else if (++matmuls % 2 == 1) {
         m.cost.sac_op_kept_per_token = m.cost.output_per_token;
       } else {
         m.cost.sac_op_recompute = true;
       }
     }
-    for (Module& child : m.children) visit(child);
+    for (Module& child : m.children) visit(child, grouped);
   };
-  visit(layer);
+  visit(layer, false);
   const double h = layer.cost.input_per_token.elements;
   layer.cost.sac_op_kept_per_token = elements(r.tp > 1 && r.sequence_parallel ? 3.0 * h : h);
 }
