@@ -14,6 +14,7 @@ const std::map<std::string, std::string>& kind_of_type() {
   static const std::map<std::string, std::string> kinds = {
       {"Embedding", "embedding"},
       {"Attention", "attention"},
+      {"MLAttention", "attention"},
       {"MLP", "mlp"},
       {"Expert", "experts"},
       {"SharedExpert", "shared_experts"},

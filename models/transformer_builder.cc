@@ -153,6 +153,20 @@ Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
   return m;
 }
 
+// An RMSNorm inside a block, over `width` elements of every token of the full sequence
+// (MLA's latent norms: after the down projections, before the up projections).
+Module latent_norm(const std::string& name, int64_t width, const TransformerArch& a) {
+  Module m{.name = name, .type = "RMSNorm"};
+  m.parameters.push_back(param("weight", {width}, a.dtype));
+  m.cost.kind = ComputeKind::elementwise;
+  m.cost.fwd_io_elements_per_token = 2.0 * d(width);
+  m.cost.saved_per_token = elements_and_fixed(d(width), 4.0);
+  m.cost.eager_extra_io_elements_per_token = 16.0 * d(width);
+  m.cost.eager_composite_norm_io_elements_per_token = 16.0 * d(width);
+  m.cost.input_per_token = elements(d(width));
+  return m;
+}
+
 int64_t q_dim(const TransformerArch& a) {
   return a.num_heads * a.head_dim;
 }
@@ -248,6 +262,64 @@ Module attention(const std::string& name, const TransformerArch& a, const Ranks&
                               a.dropout ? fixed(d(h)) : Footprint{}, Split::row, r));
   m.cost.input_per_token = elements(d(h) / r.seq);
   m.cost.comms = block_comms(r, h);
+  return m;
+}
+
+// Multi-head latent attention (DeepSeek-V3, arXiv 2412.19437 §2.1.1; Hugging Face's
+// DeepseekV3Attention): the normed input is projected down to a query latent
+// (q_a_proj, q_lora_rank; or straight to the heads when it is 0) and to a key-value latent
+// with a shared RoPE key (kv_a_proj_with_mqa, kv_lora_rank + qk_rope_head_dim); each latent
+// is RMS-normed and projected up per head (q_b_proj to nope + rope query dims, kv_b_proj to
+// nope key + value dims). Attention runs on (nope + rope)-wide queries and keys and
+// v_head_dim-wide values; o_proj maps the heads back. Training runs it unabsorbed, as
+// Megatron's MLASelfAttention and torchtitan do. Tensor parallelism is refused for it
+// (resolve_fsdp_config): which projections Megatron duplicates over TP is not modelled.
+Module mla_attention(const std::string& name, const TransformerArch& a, const Ranks& r) {
+  const int64_t h = a.hidden_size;
+  const int64_t heads = a.num_heads;
+  const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  const int64_t q_width = heads * qk;
+  const int64_t v_width = heads * a.v_head_dim;
+  Module m{.name = name, .type = "MLAttention"};
+  if (a.q_lora_rank > 0) {
+    m.children.push_back(
+        linear(join(name, "q_a_proj"), h, a.q_lora_rank, false, a.dtype, true, {}, Split::none, r));
+    m.children.push_back(latent_norm(join(name, "q_a_layernorm"), a.q_lora_rank, a));
+    m.children.push_back(linear(join(name, "q_b_proj"), a.q_lora_rank, q_width, false, a.dtype,
+                                true, {}, Split::column, r));
+  } else {
+    m.children.push_back(
+        linear(join(name, "q_proj"), h, q_width, false, a.dtype, true, {}, Split::column, r));
+  }
+  // The key-value down projection reads the same normed input, saved once above.
+  m.children.push_back(linear(join(name, "kv_a_proj_with_mqa"), h,
+                              a.kv_lora_rank + a.qk_rope_head_dim, false, a.dtype, false, {},
+                              Split::none, r));
+  m.children.push_back(latent_norm(join(name, "kv_a_layernorm"), a.kv_lora_rank, a));
+  m.children.push_back(linear(join(name, "kv_b_proj"), a.kv_lora_rank,
+                              heads * (a.qk_nope_head_dim + a.v_head_dim), false, a.dtype, true,
+                              {}, Split::column, r));
+  Module core{.name = join(name, "core_attention"), .type = "FlashAttention"};
+  core.cost.kind = ComputeKind::attention;
+  // Scores over (nope + rope) dims, values over v_head_dim, per head and key.
+  core.cost.fwd_flops_per_token_ctx = 2.0 * d(q_width) + 2.0 * d(v_width);
+  core.cost.causal = a.causal;
+  core.cost.bwd_flops_factor = 2.5;  // flash attention's backward recomputes the scores
+  core.cost.fwd_io_elements_per_token = d(2 * q_width + 2 * v_width);
+  // RoPE applied to the query and the shared key part in eager PyTorch (as attention()).
+  core.cost.eager_extra_io_elements_per_token = 8.0 * d(heads + 1) * d(a.qk_rope_head_dim);
+  const Footprint qkv = elements(d(2 * q_width + v_width));
+  core.cost.saved_per_token = elements_and_fixed(d(2 * q_width + v_width), 4.0 * d(heads));
+  core.cost.selective_recompute = true;
+  core.cost.selective_kept_per_token = qkv;
+  core.cost.sac_op_kept_per_token = elements_and_fixed(d(v_width), 4.0 * d(heads));
+  core.cost.input_per_token = qkv;
+  // Ring attention exchanges keys and values: (nope + rope) + v_head_dim wide per head.
+  core.cost.comms = cp_comms(r, d(q_width), d(q_width + v_width) / 2.0);
+  m.children.push_back(std::move(core));
+  m.children.push_back(
+      linear(join(name, "o_proj"), v_width, h, false, a.dtype, true, {}, Split::row, r));
+  m.cost.input_per_token = elements(d(h) / r.seq);
   return m;
 }
 
@@ -428,7 +500,8 @@ Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   const bool is_moe = a.num_experts > 0 && a.moe_layers[static_cast<std::size_t>(index)];
   Module layer{.name = name, .type = is_moe ? "MoEDecoderLayer" : "DecoderLayer"};
   layer.children.push_back(norm(join(name, "input_layernorm"), a, r));
-  layer.children.push_back(attention(join(name, "self_attn"), a, r));
+  layer.children.push_back(a.mla() ? mla_attention(join(name, "self_attn"), a, r)
+                                   : attention(join(name, "self_attn"), a, r));
   layer.children.push_back(norm(join(name, "post_attention_layernorm"), a, r));
   if (is_moe) {
     layer.children.push_back(moe(join(name, "mlp"), a, r));
@@ -510,7 +583,13 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
                                     "dropout",
                                     "flash_attention",
                                     "causal",
-                                    "dtype"};
+                                    "dtype",
+                                    "attention",
+                                    "q_lora_rank",
+                                    "kv_lora_rank",
+                                    "qk_nope_head_dim",
+                                    "qk_rope_head_dim",
+                                    "v_head_dim"};
   if (is_moe) {
     known.insert(known.end(), {"num_experts", "experts_per_token", "moe_ffn_hidden_size",
                                "num_shared_experts", "moe_layers"});
@@ -539,6 +618,26 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   a.flash_attention = r.boolean_or("flash_attention", true);
   a.causal = r.boolean_or("causal", true);
   a.dtype = parse_dtype(r.string_or("dtype", "bf16"), r.file(), r.path_of("dtype"));
+  const std::string attention_kind = r.string_or("attention", "gqa");
+  if (attention_kind == "mla") {
+    a.q_lora_rank = r.integer_or("q_lora_rank", 0);
+    if (a.q_lora_rank < 0) r.fail("q_lora_rank", "must not be negative (0: no query latent)");
+    a.kv_lora_rank = r.positive_integer("kv_lora_rank");
+    a.qk_nope_head_dim = r.positive_integer("qk_nope_head_dim");
+    a.qk_rope_head_dim = r.positive_integer("qk_rope_head_dim");
+    a.v_head_dim = r.positive_integer("v_head_dim");
+    if (a.position_embedding != PositionEmbedding::rope) {
+      r.fail("position_embedding", "multi-head latent attention carries RoPE in its keys");
+    }
+  } else if (attention_kind != "gqa") {
+    const std::vector<std::string> valid = {"gqa", "mla"};
+    r.fail("attention", unknown_name_message("attention", attention_kind, valid));
+  } else {
+    for (const char* key :
+         {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}) {
+      if (r.has(key)) r.fail(key, "only applies with \"attention\": \"mla\"");
+    }
+  }
   if (is_moe) {
     a.num_experts = r.positive_integer("num_experts");
     a.experts_per_token = r.positive_integer("experts_per_token");
@@ -559,7 +658,9 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   // Bounds that keep parameter counts exact and the module tree a sane size.
   constexpr int64_t kMaxDim = int64_t{1} << 24;
   for (const char* key : {"vocab_size", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                          "ffn_hidden_size", "moe_ffn_hidden_size", "max_position_embeddings"}) {
+                          "ffn_hidden_size", "moe_ffn_hidden_size", "max_position_embeddings",
+                          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                          "v_head_dim"}) {
     if (r.has(key) && r.integer(key) > kMaxDim) r.fail(key, "exceeds 2^24");
   }
   if (a.num_layers > 10000) r.fail("num_layers", "exceeds 10000");

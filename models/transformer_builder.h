@@ -35,6 +35,16 @@ struct TransformerArch {
   bool flash_attention = true;          // no s² attention probabilities are saved
   bool causal = true;
   DType dtype = DType::bf16;
+  // Multi-head latent attention (DeepSeek-V2/V3; "attention": "mla"): queries through a
+  // q_lora_rank bottleneck (0: projected directly), keys and values through a
+  // kv_lora_rank latent, each head's query and key a qk_nope_head_dim part and a shared
+  // qk_rope_head_dim RoPE part, values v_head_dim. kv_lora_rank = 0: standard attention.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
   // Mixture of experts (family "moe"); num_experts = 0 for a dense model.
   int64_t num_experts = 0;
   int64_t experts_per_token = 0;

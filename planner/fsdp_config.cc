@@ -704,6 +704,14 @@ void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const Clu
                                    what, value, why));
     }
   };
+  if (a.mla() && c.tp > 1) {
+    throw InputError(label, "/tp",
+                     fmt::format("{} uses multi-head latent attention, whose split over tensor-"
+                                 "parallel ranks (which projections Megatron duplicates) is not "
+                                 "modelled; use tp = 1 (DeepSeek trains it without TP) with ep "
+                                 "and cp",
+                                 model.name));
+  }
   const char* tp_why = "tensor parallelism splits them evenly over the tp ranks";
   divides(a.num_heads, "num_heads", c.tp, "tp", tp_why);
   divides(a.num_kv_heads, "num_kv_heads", c.tp, "tp", tp_why);

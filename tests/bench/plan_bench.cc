@@ -108,8 +108,9 @@ BENCHMARK(BM_PlanAndSimulate405BMesh)
 // Issue 17's target: the default mesh sweep (tp 1-8, cp 1-4, dp_outer, strategies,
 // prefetch, recompute, micro-batch, FP8) for llama3.1-405b on 1024 H100 within 10 s on 2
 // cores, with the bounds and the evaluator `shardplan sweep` uses.
-void BM_Sweep405BMesh(benchmark::State& state) {
-  const Setup s = setup("llama3.1-405b", 128, 1, "full");
+// Issue 19's: the same for DeepSeek-V3 (ep and both dispatchers join the space).
+void BM_SweepDefaultSpace(benchmark::State& state, const char* model) {
+  const Setup s = setup(model, 128, 1, "full");
   const shardplan::FsdpConfig base;
   const shardplan::SearchSpace space = shardplan::default_search_space(s.model, s.cluster, base);
   const auto configs = shardplan::enumerate_configs(space, base, s.cluster.num_gpus);
@@ -135,7 +136,12 @@ void BM_Sweep405BMesh(benchmark::State& state) {
   state.counters["pruned_memory"] = static_cast<double>(r.pruned - r.pruned_by_time);
   state.counters["pruned_time"] = static_cast<double>(r.pruned_by_time);
 }
-BENCHMARK(BM_Sweep405BMesh)->Iterations(1)->Unit(benchmark::kSecond);
+BENCHMARK_CAPTURE(BM_SweepDefaultSpace, llama3_1_405b, "llama3.1-405b")
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
+BENCHMARK_CAPTURE(BM_SweepDefaultSpace, deepseek_v3, "deepseek-v3")
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
 
 void BM_Simulate405B(benchmark::State& state) {
   const Setup s = setup("llama3.1-405b", 128, 8, "full");

@@ -121,7 +121,9 @@ TEST(ModelsCommandTest, TinyParameterCountIsExact) {
 }
 
 TEST(ModelsCommandTest, ListsExactlyTheZooModelsWithTheirFamilies) {
-  const std::map<std::string, std::string> expected = {{"gpt3-175b", "transformer"},
+  const std::map<std::string, std::string> expected = {{"deepseek-v3", "moe"},
+                                                       {"deepseek-v3-16b", "moe"},
+                                                       {"gpt3-175b", "transformer"},
                                                        {"llama2-7b", "transformer"},
                                                        {"llama2-13b", "transformer"},
                                                        {"llama2-70b", "transformer"},

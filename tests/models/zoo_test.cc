@@ -61,7 +61,7 @@ TEST(Zoo, TinyCountWorkedByHand) {
 
 TEST(Zoo, EveryEntryLoadsAndNamesItsSource) {
   const auto names = model_zoo_names();
-  ASSERT_EQ(names.size(), 15u);
+  ASSERT_EQ(names.size(), 17u);
   for (const std::string& name : names) {
     const ModelSpec model = load_model(name);
     EXPECT_EQ(model.name, name) << "the file stem and the name field must agree";

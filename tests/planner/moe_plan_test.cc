@@ -214,6 +214,37 @@ TEST(MoePlan, MixtralEp8On64GpusAgainstClosedForms) {
   }
 }
 
+// DeepSeek-V3 on 1024 H100s with ep 64 (tp 1; MLA refuses tensor parallelism): each rank
+// holds 256 / 64 = 4 routed experts of each of the 58 MoE layers, sharded over the 16
+// ranks of its expert-data-parallel group, and 1/1024 of everything else.
+TEST(MoePlan, DeepSeekV3Ep64On1024GpusAgainstClosedForms) {
+  const ModelSpec model = load_model("deepseek-v3");
+  const ClusterSpec cluster = load_cluster("dgx-h100", 128, std::nullopt);
+  const Plan plan =
+      build_plan(model, cluster, resolved(model, cluster, {{"ep", 64}, {"seq_len", 4096}}));
+  ASSERT_FALSE(validate_plan(plan).has_value());
+  EXPECT_EQ(group(plan, "edp").size, 16);
+  const double expert = 3.0 * 7168 * 2048;
+  const double routed = 58.0 * 256 * expert;
+  const double dense = static_cast<double>(parameter_count(model.root)) - routed;
+  const double elements = dense / 1024 + 58.0 * 4 * expert / 16;
+  double persistent = 0;
+  for (const PlanBuffer& b : plan.buffers)
+    if (b.persistent) persistent += static_cast<double>(b.bytes);
+  // 16 bytes per element (bf16 weight, fp32 main weight, bf16 grad, two fp32 Adam states);
+  // padding adds at most 256 × 1024 elements per group.
+  EXPECT_NEAR(persistent, 16.0 * elements, 16.0 * 256 * 1024 * plan.groups.size());
+  EXPECT_NEAR(persistent / 1e9, 10.48, 0.05);  // 655.3 M elements
+  const MemoryEstimate e = estimate_memory(model, cluster, plan.config);
+  EXPECT_NEAR(e.model_weights + e.main_weights + e.main_grads + e.optimizer_states, persistent,
+              16.0 * 256 * 1024 * plan.groups.size());
+  expect_input_error(
+      [&] {
+        resolved(model, cluster, {{"tp", 2}, {"ep", 64}});
+      },
+      "/tp", "multi-head latent attention");
+}
+
 // The busiest rank's routed tokens ÷ the mean: one expert per rank carries the imbalance
 // itself; every expert on one rank (ep 1) carries exactly its own tokens; a capacity
 // factor caps the busiest expert.
