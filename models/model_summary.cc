@@ -12,14 +12,10 @@ namespace {
 // Module types that name a parameter category, nearest first.
 const std::map<std::string, std::string>& kind_of_type() {
   static const std::map<std::string, std::string> kinds = {
-      {"Embedding", "embedding"},
-      {"Attention", "attention"},
-      {"MLAttention", "attention"},
-      {"MLP", "mlp"},
-      {"Expert", "experts"},
-      {"SharedExpert", "shared_experts"},
-      {"Router", "router"},
-      {"RMSNorm", "norm"},
+      {"Embedding", "embedding"},   {"Attention", "attention"},
+      {"MLAttention", "attention"}, {"MLP", "mlp"},
+      {"Expert", "experts"},        {"SharedExpert", "shared_experts"},
+      {"Router", "router"},         {"RMSNorm", "norm"},
       {"LayerNorm", "norm"},
   };
   return kinds;

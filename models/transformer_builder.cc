@@ -297,8 +297,8 @@ Module mla_attention(const std::string& name, const TransformerArch& a, const Ra
                               Split::none, r));
   m.children.push_back(latent_norm(join(name, "kv_a_layernorm"), a.kv_lora_rank, a));
   m.children.push_back(linear(join(name, "kv_b_proj"), a.kv_lora_rank,
-                              heads * (a.qk_nope_head_dim + a.v_head_dim), false, a.dtype, true,
-                              {}, Split::column, r));
+                              heads * (a.qk_nope_head_dim + a.v_head_dim), false, a.dtype, true, {},
+                              Split::column, r));
   Module core{.name = join(name, "core_attention"), .type = "FlashAttention"};
   core.cost.kind = ComputeKind::attention;
   // Scores over (nope + rope) dims, values over v_head_dim, per head and key.
@@ -657,10 +657,10 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   }
   // Bounds that keep parameter counts exact and the module tree a sane size.
   constexpr int64_t kMaxDim = int64_t{1} << 24;
-  for (const char* key : {"vocab_size", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                          "ffn_hidden_size", "moe_ffn_hidden_size", "max_position_embeddings",
-                          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                          "v_head_dim"}) {
+  for (const char* key :
+       {"vocab_size", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+        "moe_ffn_hidden_size", "max_position_embeddings", "q_lora_rank", "kv_lora_rank",
+        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}) {
     if (r.has(key) && r.integer(key) > kMaxDim) r.fail(key, "exceeds 2^24");
   }
   if (a.num_layers > 10000) r.fail("num_layers", "exceeds 10000");
