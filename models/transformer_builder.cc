@@ -461,6 +461,15 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   }
   m.cost.input_per_token = elements(d(h) / r.seq);
   m.cost.comms = dispatch_comms(r, h, routed);
+  // torchtitan's per-op checkpointing saves the outputs of its communication ops
+  // (all_to_all_single, reduce_scatter_tensor: "to avoid re-communication",
+  // activation_checkpoint.py at 2026-08-21): the tokens received for dispatch and back
+  // from combine, or the combine's scattered output.
+  if (r.moe_dispatcher == MoeDispatcher::alltoall && r.ep > 1) {
+    m.cost.sac_op_kept_per_token = elements(2.0 * d(h) * routed / d(r.etp));
+  } else if (r.moe_dispatcher == MoeDispatcher::allgather && r.ep * r.etp > 1) {
+    m.cost.sac_op_kept_per_token = elements(d(h) / r.seq);
+  }
   return m;
 }
 
