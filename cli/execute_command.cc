@@ -114,7 +114,8 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   }
   out << (options.check ? "integrity checks: all passed (all-gathers rebuild every shard, "
                           "reductions equal the sum over ranks, ring steps and all-to-alls "
-                          "deliver each peer's chunk, offloaded activations come back as "
+                          "deliver each peer's chunk, a MoE combine returns every token "
+                          "its dispatch sent, offloaded activations come back as "
                           "saved, no transient buffer changed between its write and its "
                           "reads)\n"
                         : "integrity checks: off\n");

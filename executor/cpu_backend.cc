@@ -528,9 +528,38 @@ class CpuBackend final : public ExecutorBackend {
       }
       default: {  // all_to_all: block q of the send buffer goes to rank q
         const int64_t block = part.input_bytes / p;
-        fill(part.input, part.input_bytes, me, 0);
+        // A MoE layer's all-to-alls come in pairs on one ep buffer: the dispatch, then the
+        // combine. The combine sends back what the dispatch delivered (the experts taken as
+        // the identity), so each rank must get its own dispatched tokens back, each in the
+        // slot it left from.
+        const auto pending = dispatched_.find(buffer.buffer->id);
+        const bool combine =
+            buffer.buffer->role == BufferRole::ep_buffer && pending != dispatched_.end();
+        if (combine) {
+          std::memcpy(part.input, pending->second.received.data(),
+                      static_cast<std::size_t>(part.input_bytes));
+        } else {
+          fill(part.input, part.input_bytes, me, 0);
+        }
         MPI_Alltoall(part.input, static_cast<int>(block), MPI_BYTE, part.output,
                      static_cast<int>(block), MPI_BYTE, c);
+        if (combine) {
+          const int64_t dispatch = pending->second.op;
+          dispatched_.erase(pending);
+          if (!options_.check) break;
+          for (int64_t j = 0; j < block * p; ++j) {
+            if (part.output[j] != activation_byte(me, dispatch, j))
+              fail(op, buffer, part.input_bytes + j,
+                   fmt::format("the combine did not bring back the token byte this rank "
+                               "dispatched from there (block {})",
+                               j / block));
+          }
+          break;
+        }
+        if (buffer.buffer->role == BufferRole::ep_buffer) {
+          dispatched_[buffer.buffer->id] = {
+              op.id, std::vector<std::byte>(part.output, part.output + block * p)};
+        }
         if (!options_.check) break;
         for (int64_t j = 0; j < block * p; ++j) {
           const int q = static_cast<int>(j / block);
@@ -555,6 +584,13 @@ class CpuBackend final : public ExecutorBackend {
     uint64_t fingerprint = 0;  // of the activations when their forward wrote them
   };
   std::map<std::pair<int64_t, int64_t>, HostCopy> host_;  // (unit, micro-batch) -> offloaded
+  // MoE dispatch all-to-alls awaiting their combine, by ep buffer: the op and what it
+  // delivered.
+  struct Dispatched {
+    int64_t op = -1;
+    std::vector<std::byte> received;
+  };
+  std::unordered_map<int64_t, Dispatched> dispatched_;
   std::vector<BufferSpan> persistent_;
   float sink_ = 0;
 };

@@ -153,6 +153,34 @@ std::vector<Case> mesh_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Mesh, ExecuteCpu, ::testing::ValuesIn(mesh_cases()), case_name);
 
+// A MoE combine sent over the wrong communicator (the expert-data-parallel group instead
+// of ep, both of 2 ranks on 4 GPUs) delivers every dispatched token to the wrong rank:
+// the round trip check names it.
+TEST(ExecuteCpuErrors, CombineThatReturnsTokensElsewhereIsCaught) {
+  const std::string plan =
+      make_plan(4, {"ep=2", "moe_dispatcher=alltoall", "seq_len=128"}, "moe_plan.json", "tiny-moe");
+  std::ifstream in(plan);
+  nlohmann::json j = nlohmann::json::parse(in);
+  int64_t edp = -1;
+  for (std::size_t g = 0; g < j["process_groups"].size(); ++g)
+    if (j["process_groups"][g]["name"] == "edp") edp = static_cast<int64_t>(g);
+  ASSERT_GE(edp, 0);
+  int seen = 0;
+  std::string name;
+  for (auto& op : j["ops"]) {
+    if (op["kind"] != "all_to_all" || ++seen != 2) continue;
+    op["group"] = edp;  // the first pass's combine
+    name = op["name"];
+    break;
+  }
+  ASSERT_FALSE(name.empty());
+  const std::string broken = write_temp_file("moe_wrong_group.json", j.dump());
+  const CommandResult r = mpirun(4, {"execute", "--plan", broken, "--steps", "1"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("the combine did not bring back the token byte"));
+  EXPECT_THAT(r.err, HasSubstr("'" + name + "'"));
+}
+
 TEST(ExecuteCpuErrors, MissingDependencyIsCaughtWithTheOpNamed) {
   // The reduce-scatter of a layer loses its dependency on that layer's backward: it runs
   // as soon as its stream allows and reads the gradient buffer before anything wrote it.
