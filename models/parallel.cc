@@ -15,8 +15,10 @@ constexpr NameTable<MeshAxis, 5> kAxes = {{{MeshAxis::tp, "tp"},
                                            {MeshAxis::ep, "ep"},
                                            {MeshAxis::etp, "etp"},
                                            {MeshAxis::ep_etp, "ep_etp"}}};
-constexpr NameTable<MoeDispatcher, 2> kDispatchers = {
-    {{MoeDispatcher::alltoall, "alltoall"}, {MoeDispatcher::allgather, "allgather"}}};
+constexpr NameTable<MoeDispatcher, 4> kDispatchers = {{{MoeDispatcher::alltoall, "alltoall"},
+                                                       {MoeDispatcher::allgather, "allgather"},
+                                                       {MoeDispatcher::deepep, "deepep"},
+                                                       {MoeDispatcher::hybridep, "hybridep"}}};
 
 }  // namespace
 

@@ -23,8 +23,15 @@ std::vector<std::string> cp_comm_names();
 // --moe-token-dispatcher-type, megatron/core/transformer/moe/token_dispatcher.py):
 // alltoall, each routed copy of a token sent to its expert's rank over the ep group
 // (MoEAlltoAllTokenDispatcher); allgather, every token gathered to every rank of the
-// ep × etp group, each keeping what its experts need (MoEAllGatherTokenDispatcher).
-enum class MoeDispatcher { alltoall, allgather };
+// ep × etp group, each keeping what its experts need (MoEAllGatherTokenDispatcher);
+// deepep, hybridep: the flex dispatcher's kernels (MoEFlexTokenDispatcher), which send a
+// token once to each rank holding any of its experts and permute it there.
+enum class MoeDispatcher { alltoall, allgather, deepep, hybridep };
+
+// The flex dispatcher (DeepEP, HybridEP): one copy of a token per destination rank.
+inline bool deduplicates_tokens(MoeDispatcher d) {
+  return d == MoeDispatcher::deepep || d == MoeDispatcher::hybridep;
+}
 
 std::string_view moe_dispatcher_name(MoeDispatcher d);
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view text);

@@ -396,9 +396,21 @@ double moe_rank_load(const TransformerArch& a, const ModelParallel& p) {
 // gathered over ep × etp before routing, the outputs reduce-scattered back; backward
 // gathers the output gradient and reduce-scatters the input gradient. The all-to-alls are
 // sized by the busiest rank's receive, which every rank waits for.
-std::vector<ModuleComm> dispatch_comms(const Ranks& r, int64_t h, double routed) {
+// deepep, hybridep: as alltoall (etp 1), but each token goes once to each rank that holds
+// any of its k experts (DeepEP's get_dispatch_layout, is_token_in_rank) and is permuted
+// there, so `copies` (distinct ranks per token ÷ k) of the routed copies cross.
+std::vector<ModuleComm> dispatch_comms(const Ranks& r, int64_t h, double routed, double copies) {
   std::vector<ModuleComm> out;
   const double etp = d(r.etp);
+  if (deduplicates_tokens(r.moe_dispatcher)) {
+    if (r.ep == 1) return out;
+    const Footprint sent = elements(d(h) * routed * copies);
+    for (CommPhase phase : {CommPhase::forward, CommPhase::backward}) {
+      out.push_back(comm(phase, CommKind::all_to_all, MeshAxis::ep, sent));
+      out.push_back(comm(phase, CommKind::all_to_all, MeshAxis::ep, sent));
+    }
+    return out;
+  }
   if (r.moe_dispatcher == MoeDispatcher::allgather) {
     if (r.ep * r.etp == 1) return out;
     const Footprint gathered = elements(d(h) * d(r.ep) * etp / r.seq);
@@ -419,6 +431,19 @@ std::vector<ModuleComm> dispatch_comms(const Ranks& r, int64_t h, double routed)
     if (r.ep > 1) out.push_back(comm(phase, CommKind::all_to_all, MeshAxis::ep, sent));
   }
   return out;
+}
+
+// The expected number of ranks a token's k experts fall on, ÷ k: k of E experts drawn
+// uniformly without repeats, E / ep on each of ep ranks; a rank is missed with probability
+// C(E − E/ep, k) / C(E, k).
+double distinct_rank_share(const TransformerArch& a, int64_t ep) {
+  const double experts = d(a.num_experts);
+  const double others = experts - experts / d(ep);
+  double missed = 1.0;
+  for (int64_t i = 0; i < a.experts_per_token; ++i) {
+    missed *= std::max(others - d(i), 0.0) / (experts - d(i));
+  }
+  return d(ep) * (1.0 - missed) / d(a.experts_per_token);
 }
 
 // Mixture of experts: a router picks `experts_per_token` of `num_experts` per token on
@@ -460,13 +485,14 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
                              a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, true));
   }
   m.cost.input_per_token = elements(d(h) / r.seq);
-  m.cost.comms = dispatch_comms(r, h, routed);
+  const double copies = deduplicates_tokens(r.moe_dispatcher) ? distinct_rank_share(a, r.ep) : 1.0;
+  m.cost.comms = dispatch_comms(r, h, routed, copies);
   // torchtitan's per-op checkpointing saves the outputs of its communication ops
   // (all_to_all_single, reduce_scatter_tensor: "to avoid re-communication",
   // activation_checkpoint.py at 2026-08-21): the tokens received for dispatch and back
   // from combine, or the combine's scattered output.
-  if (r.moe_dispatcher == MoeDispatcher::alltoall && r.ep > 1) {
-    m.cost.sac_op_kept_per_token = elements(2.0 * d(h) * routed / d(r.etp));
+  if (r.moe_dispatcher != MoeDispatcher::allgather && r.ep > 1) {
+    m.cost.sac_op_kept_per_token = elements(2.0 * d(h) * routed * copies / d(r.etp));
   } else if (r.moe_dispatcher == MoeDispatcher::allgather && r.ep * r.etp > 1) {
     m.cost.sac_op_kept_per_token = elements(d(h) / r.seq);
   }

@@ -307,6 +307,11 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
          "HSDP with an expert mesh (ep > 1 or etp ≠ tp) is not modelled (Megatron-FSDP's "
          "expert mesh shards experts over one expert-data-parallel dimension); set dp_outer: 1");
   }
+  if (deduplicates_tokens(c.moe_dispatcher) && c.etp > 1) {
+    fail("etp", fmt::format("the {} dispatcher with expert tensor parallelism is not modelled; set "
+                            "etp: 1",
+                            moe_dispatcher_name(c.moe_dispatcher)));
+  }
   if (expert_mesh(c) && c.double_buffer) {
     fail("double_buffer",
          "double buffering with an expert mesh (ep > 1 or etp ≠ tp) is not modelled: experts "
@@ -412,10 +417,7 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
     if (!value) {
       r.fail("moe_dispatcher",
              unknown_name_message("moe_dispatcher value", text, moe_dispatcher_names()) +
-                 (text == "deepep" || text == "hybridep" || text == "flex"
-                      ? " (the flex dispatcher's DeepEP and HybridEP kernels are not modelled "
-                        "yet: alltoall is the closest, NCCL's all-to-all)"
-                      : ""));
+                 (text == "flex" ? " (Megatron's flex dispatcher runs deepep or hybridep)" : ""));
     }
     c.moe_dispatcher = *value;
   }

@@ -369,6 +369,8 @@ std::string describe_config(const FsdpConfig& c) {
   if (c.ep > 1) text += fmt::format(" ep{}", c.ep);
   if (c.etp > 0 && c.etp != c.tp) text += fmt::format(" etp{}", c.etp);
   if (c.moe_dispatcher == MoeDispatcher::alltoall) text += " a2a";
+  if (deduplicates_tokens(c.moe_dispatcher))
+    text += fmt::format(" {}", moe_dispatcher_name(c.moe_dispatcher));
   if (c.double_buffer) text += " dbuf";
   if (c.no_sync) text += " no_sync";
   if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);

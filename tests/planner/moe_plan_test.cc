@@ -176,6 +176,43 @@ TEST(MoePlan, TwoLayersFourExpertsEp2HandWorked) {
   EXPECT_DOUBLE_EQ(layer0.activation_bytes, saved_whole);
 }
 
+// DeepEP and HybridEP send a token once to each rank holding any of its experts: with 4
+// experts on 2 ranks and top 2, a token misses a given rank with probability
+// C(2, 2) / C(4, 2) = 1/6, so it reaches 2 · 5/6 ranks on average instead of its 2 routed
+// copies: 5/6 of the all-to-all's 32,768 bytes. Under torchtitan's per-op checkpointing the
+// dispatch and combine outputs are kept.
+TEST(MoePlan, FlexDispatchersSendOneCopyPerRank) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+  for (const char* dispatcher : {"deepep", "hybridep"}) {
+    const Plan plan = build_plan(
+        model, cluster,
+        resolved(
+            model, cluster,
+            {{"ep", 2}, {"moe_dispatcher", dispatcher}, {"moe_imbalance", 1.0}, {"seq_len", 128}}));
+    ASSERT_FALSE(validate_plan(plan).has_value());
+    int a2a = 0;
+    for (const PlanOp& op : plan.ops) {
+      if (op.kind != OpKind::all_to_all) continue;
+      ++a2a;
+      EXPECT_NEAR(op.bytes, 32768.0 * 5 / 6, 1e-6) << dispatcher;
+      EXPECT_EQ(op.group, find_process_group(plan, "ep"));
+    }
+    EXPECT_EQ(a2a, 8) << dispatcher;
+  }
+  const FsdpConfig sac = resolved(model, cluster,
+                                  {{"ep", 2},
+                                   {"moe_dispatcher", "deepep"},
+                                   {"moe_imbalance", 1.0},
+                                   {"seq_len", 128},
+                                   {"stack", "torch-compile"},
+                                   {"recompute", "sac_op"}});
+  const RankModel rank(model, sac);
+  const Module* moe = find_module(rank.get().root, "layers.0.mlp");
+  ASSERT_NE(moe, nullptr);
+  EXPECT_NEAR(moe->cost.sac_op_kept_per_token.elements, 2.0 * 64 * 2 * 5 / 6, 1e-9);
+}
+
 // Mixtral 8x7B on 64 H100s with ep 8: each rank holds 1 of the 8 experts of every layer,
 // sharded over the 8 ranks of its expert-data-parallel group, so under ZeRO-3 a GPU keeps
 // the same 16 bytes per parameter ÷ 64 as with ep 1, but gathers one expert per layer
@@ -316,9 +353,14 @@ TEST(MoePlan, ConfigErrorsNameTheField) {
       "/double_buffer", "expert mesh");
   expect_input_error(
       [&] {
-        fsdp_config_from_json({{"moe_dispatcher", "deepep"}}, "cfg");
+        fsdp_config_from_json({{"moe_dispatcher", "flex"}}, "cfg");
       },
-      "/moe_dispatcher", "DeepEP and HybridEP kernels are not modelled");
+      "/moe_dispatcher", "flex dispatcher runs deepep or hybridep");
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"moe_dispatcher", "deepep"}, {"etp", 2}}, "cfg");
+      },
+      "/etp", "deepep dispatcher with expert tensor parallelism");
   expect_input_error(
       [&] {
         fsdp_config_from_json({{"moe_capacity_factor", 0}}, "cfg");

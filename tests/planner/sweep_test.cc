@@ -519,7 +519,7 @@ TEST(Sweep, SpaceFileErrorsNameTheField) {
       "/cp", "expected a non-empty list");
   testing::expect_input_error(
       [&] {
-        search_space_from_json({{"moe_dispatcher", {"deepep"}}}, "space.json", d);
+        search_space_from_json({{"moe_dispatcher", {"flex"}}}, "space.json", d);
       },
       "/moe_dispatcher/0", "unknown moe_dispatcher");
   EXPECT_EQ(search_space_from_json({{"ep", {1, 8}}}, "space.json", d).ep,
