@@ -94,7 +94,7 @@ std::string csv_text(const SweepResult& r) {
   std::string out =
       "index,label,sharding_strategy,tp,cp,dp_shard,dp_outer,outer_strategy,bucket_bytes,"
       "prefetch,recompute,micro_batch,grad_accum,fp8,fp8_param_gather,double_buffer,allocator,"
-      "no_sync,ep,moe_dispatcher,state,step_seconds,tokens_per_second_per_gpu,mfu,"
+      "no_sync,ep,etp,moe_dispatcher,state,step_seconds,tokens_per_second_per_gpu,mfu,"
       "peak_reserved_bytes,fits,pareto,"
       "memory_lower_bound_bytes,step_lower_bound_seconds\n";
   for (std::size_t i = 0; i < r.points.size(); ++i) {
@@ -102,12 +102,13 @@ std::string csv_text(const SweepResult& r) {
     const FsdpConfig& c = p.config;
     const bool ok = p.state == PointState::evaluated;
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}"
+        "\n",
         i, describe_config(c), sharding_strategy_name(c.sharding_strategy), c.tp, c.cp, c.dp_shard,
         c.dp_outer, outer_strategy_name(c.outer_strategy),
         c.bucket_bytes ? std::to_string(*c.bucket_bytes) : "", c.forward_prefetch,
         recompute_label(c), c.micro_batch, c.grad_accum, fp8_compute(c), c.fp8_param_gather,
-        c.double_buffer, allocator_name(c.allocator), c.no_sync, c.ep,
+        c.double_buffer, allocator_name(c.allocator), c.no_sync, c.ep, expert_tp(c),
         moe_dispatcher_name(c.moe_dispatcher),
         ok                              ? "evaluated"
         : p.state == PointState::pruned ? "pruned"

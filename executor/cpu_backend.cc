@@ -230,14 +230,17 @@ class CpuBackend final : public ExecutorBackend {
       sink_ += c(0, 0);
     };
     for (const GemmShape& g : op_gemms(*plan_, op)) gemm(g.m, g.n, g.k);
-    // no_sync: the backward's gradients are keyed by the unit's accumulator, so the
-    // reduce-scatter can check the accumulator against their sum over micro-batches.
-    int64_t accumulator = -1;
-    for (const BufferSpan& s : writes) {
-      if (s.buffer->role == BufferRole::accumulated_grad) accumulator = s.buffer->id;
+    // no_sync: the backward's gradients are keyed by the accumulator they go into (the
+    // next one in `writes`: a unit's dense and expert parameters have one each), so the
+    // reduce-scatter can check each accumulator against their sum over micro-batches.
+    std::vector<int64_t> accumulator(writes.size(), -1);
+    for (std::size_t i = writes.size(), next = 0; i-- > 0;) {
+      if (writes[i].buffer->role == BufferRole::accumulated_grad) next = i + 1;
+      if (next > 0) accumulator[i] = writes[next - 1].buffer->id;
     }
     const BufferSpan* fresh_grads = nullptr;  // this backward's own gradients
-    for (const BufferSpan& s : writes) {
+    for (std::size_t i = 0; i < writes.size(); ++i) {
+      const BufferSpan& s = writes[i];
       const PlanBuffer& buf = *s.buffer;
       if (buf.role == BufferRole::accumulated_grad) {
         accumulate(s, fresh_grads, op.micro_batch);
@@ -245,7 +248,7 @@ class CpuBackend final : public ExecutorBackend {
         if (buf.role == BufferRole::unsharded_grad) fresh_grads = &s;
         const int64_t e = dtype_bytes(buf.dtype);
         const uint64_t m = mask(e);
-        const int64_t key = accumulator >= 0 ? accumulator : buf.id;
+        const int64_t key = accumulator[i] >= 0 ? accumulator[i] : buf.id;
         for (int64_t k = 0; k + e <= s.bytes; k += e) {
           const uint64_t g = gradient_value(rank_, key, k / e, op.micro_batch) & m;
           // Transient gradient buffers are written; persistent main grads accumulate.

@@ -78,7 +78,8 @@ std::vector<CollectivePart> collective_parts(const Plan& plan, const PlanOp& op,
                                              const std::vector<BufferSpan>& reads,
                                              const std::vector<BufferSpan>& writes);
 
-// A tensor- or context-parallel collective: it writes one tp_buffer or cp_buffer, where
+// A tensor-, context- or expert-parallel collective: it writes one tp_buffer, cp_buffer or
+// ep_buffer (a MoE layer's dispatch and combine), where
 // its data lies as NCCL's in-place conventions put it. This rank is at `position` in the
 // op's group of `ranks`; `bytes` is the op's size rounded down to whole elements per rank.
 // all_gather: input = the rank's chunk of the gathered output at the buffer's start;

@@ -493,7 +493,10 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   // from combine, or the combine's scattered output.
   if (r.moe_dispatcher != MoeDispatcher::allgather && r.ep > 1) {
     m.cost.sac_op_kept_per_token = elements(2.0 * d(h) * routed * copies / d(r.etp));
-  } else if (r.moe_dispatcher == MoeDispatcher::allgather && r.ep * r.etp > 1) {
+  } else if (r.moe_dispatcher == MoeDispatcher::allgather && r.ep * r.etp > 1 &&
+             !(r.tp > 1 && r.sequence_parallel)) {
+    // (Under sequence parallelism the layer's own kept reduce-scatter outputs, mark_sac_op,
+    // already count it.)
     m.cost.sac_op_kept_per_token = elements(d(h) / r.seq);
   }
   return m;
@@ -655,6 +658,21 @@ TransformerArch parse_transformer_arch(const JsonReader& r, bool is_moe) {
   a.dtype = parse_dtype(r.string_or("dtype", "bf16"), r.file(), r.path_of("dtype"));
   const std::string attention_kind = r.string_or("attention", "gqa");
   if (attention_kind == "mla") {
+    // What standard attention's fields would change is not modelled for MLA.
+    if (a.bias || a.qkv_bias || a.dropout || !a.flash_attention) {
+      r.fail(a.bias       ? "bias"
+             : a.qkv_bias ? "qkv_bias"
+             : a.dropout  ? "dropout"
+                          : "flash_attention",
+             "is not modelled with multi-head latent attention");
+    }
+    for (const char* key : {"num_kv_heads", "head_dim"}) {
+      if (r.has(key)) {
+        r.fail(key,
+               "does not apply to multi-head latent attention (see qk_nope_head_dim, "
+               "qk_rope_head_dim and v_head_dim)");
+      }
+    }
     a.q_lora_rank = r.integer_or("q_lora_rank", 0);
     if (a.q_lora_rank < 0) r.fail("q_lora_rank", "must not be negative (0: no query latent)");
     a.kv_lora_rank = r.positive_integer("kv_lora_rank");

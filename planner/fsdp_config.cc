@@ -307,7 +307,7 @@ void check_fsdp_config(const FsdpConfig& c, const std::string& label) {
          "HSDP with an expert mesh (ep > 1 or etp ≠ tp) is not modelled (Megatron-FSDP's "
          "expert mesh shards experts over one expert-data-parallel dimension); set dp_outer: 1");
   }
-  if (deduplicates_tokens(c.moe_dispatcher) && c.etp > 1) {
+  if (deduplicates_tokens(c.moe_dispatcher) && expert_tp(c) > 1) {
     fail("etp", fmt::format("the {} dispatcher with expert tensor parallelism is not modelled; set "
                             "etp: 1",
                             moe_dispatcher_name(c.moe_dispatcher)));
@@ -667,10 +667,11 @@ void check_expert_parallel(const FsdpConfig& c, const ModelSpec& model, const Cl
                      "Megatron's MoE layer refuses tensor parallelism without sequence "
                      "parallelism in training (moe_layer.py); set sequence_parallel: true");
   }
-  // Every token picks k distinct experts, so no expert sees more than all the tokens.
+  // Every token picks k distinct experts, so no expert sees more than all the tokens. The
+  // imbalance matters only where ranks hold different experts or a capacity drops tokens.
   const double most =
       static_cast<double>(a->num_experts) / static_cast<double>(a->experts_per_token);
-  if (c.moe_imbalance > most) {
+  if ((c.ep > 1 || c.moe_capacity_factor) && c.moe_imbalance > most) {
     throw InputError(label, "/moe_imbalance",
                      fmt::format("{} exceeds num_experts / experts_per_token = {:.4g} for {}: the "
                                  "busiest expert cannot see more than every token",

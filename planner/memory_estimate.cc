@@ -49,10 +49,16 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   // Routed experts on an expert mesh shard over the expert-data-parallel ranks instead.
   const bool expert_groups = expert_mesh(c);
   const int64_t ne = t.expert_ranks;
+  // The root unit holds the experts of MoE layers no pattern wrapped.
+  int64_t root_experts = expert_groups ? routed_expert_parameters(model.root) : 0;
+  for (const FsdpUnit& u : units) {
+    if (u.module != nullptr && expert_groups) root_experts -= routed_expert_parameters(*u.module);
+  }
   for (const FsdpUnit& u : units) {
     const int64_t frozen = u.parameters - u.trainable_parameters;
-    const int64_t experts =
-        expert_groups && u.module != nullptr ? routed_expert_parameters(*u.module) : 0;
+    const int64_t experts = !expert_groups        ? 0
+                            : u.module == nullptr ? root_experts
+                                                  : routed_expert_parameters(*u.module);
     const int64_t dense = u.trainable_parameters - experts;
     total += static_cast<double>(u.parameters);
     trainable += static_cast<double>(u.trainable_parameters);

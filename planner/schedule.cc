@@ -370,7 +370,8 @@ double ScheduleBuilder::unsharded_bytes(int64_t unit, double element_bytes, bool
 
 // One all-gather per domain the unit has parameters in (the experts' after the dense
 // ones', on the same stream), each into a buffer of its own; the unit's last one stands
-// for both, as it depends on the first.
+// for both, as it depends on the first. The dense one is always issued (0 bytes for a
+// unit without parameters), so every unit has a gather to wait for.
 void ScheduleBuilder::gather(int64_t unit, bool backward, int64_t layer_index,
                              std::vector<int64_t> deps) {
   const auto u = static_cast<std::size_t>(unit);
@@ -380,7 +381,7 @@ void ScheduleBuilder::gather(int64_t unit, bool backward, int64_t layer_index,
   last = -1;
   for (int domain : kDomains) {
     const double bytes = unsharded_bytes(unit, gather_bytes_, false, domain);
-    if (units_[u].weights_of[static_cast<std::size_t>(domain)].empty()) continue;
+    if (domain == kExperts && units_[u].weights_of[kExperts].empty()) continue;
     const char* what = domain == kExperts ? " experts" : "";
     int64_t buffer;
     if (double_buffered_ && unit != 0) {

@@ -128,6 +128,11 @@ SearchSpace default_search_space(const ModelSpec& model, const ClusterSpec& clus
       if (model.arch->num_experts % ep == 0 && cluster.num_gpus % ep == 0) s.ep.push_back(ep);
     }
     s.moe_dispatchers = {MoeDispatcher::allgather, MoeDispatcher::alltoall};
+    // The base config's own settings stay in the space.
+    if (std::find(s.ep.begin(), s.ep.end(), base.ep) == s.ep.end()) s.ep.push_back(base.ep);
+    if (std::find(s.moe_dispatchers.begin(), s.moe_dispatchers.end(), base.moe_dispatcher) ==
+        s.moe_dispatchers.end())
+      s.moe_dispatchers.push_back(base.moe_dispatcher);
   }
   return s;
 }
@@ -248,12 +253,18 @@ std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpCo
       // The expert settings change the rank's model: next to the mesh, so that
       // consecutive points share one (RankModel keeps a few).
       for (int64_t ep : space.ep) {
+        FsdpConfig experts = mesh;
+        experts.ep = ep;
+        // With every expert whole on every rank (ep · etp = 1) no dispatcher moves tokens:
+        // the first one listed stands for all.
+        const bool no_dispatch = ep * expert_tp(experts) == 1;
         for (MoeDispatcher dispatcher : space.moe_dispatchers) {
+          if (no_dispatch && dispatcher != space.moe_dispatchers.front()) continue;
           for (ShardingStrategy strategy : space.strategies) {
             for (int64_t outer : space.dp_outer) {
               // HSDP on an expert mesh is not modelled (fsdp_config.cc): those points are
               // left out rather than listed as invalid.
-              if (ep > 1 && outer > 1) continue;
+              if (expert_mesh(experts) && outer > 1) continue;
               const std::vector<OuterStrategy> outers =
                   outer > 1 ? space.outer_strategies
                             : std::vector<OuterStrategy>{OuterStrategy::no_shard};

@@ -83,6 +83,16 @@ TEST(Mla, ModelFileErrors) {
   stray["kv_lora_rank"] = 32;
   testing::expect_input_error([&] { model_from_json(stray, "m.json"); }, "/kv_lora_rank",
                               "only applies with \"attention\": \"mla\"");
+  nlohmann::json biased = no_latent;
+  biased["kv_lora_rank"] = 32;
+  biased["bias"] = true;
+  testing::expect_input_error([&] { model_from_json(biased, "m.json"); }, "/bias",
+                              "not modelled with multi-head latent attention");
+  nlohmann::json grouped = no_latent;
+  grouped["kv_lora_rank"] = 32;
+  grouped["num_kv_heads"] = 2;
+  testing::expect_input_error([&] { model_from_json(grouped, "m.json"); }, "/num_kv_heads",
+                              "does not apply to multi-head latent attention");
   nlohmann::json unknown = base;
   unknown["attention"] = "mqa";
   testing::expect_input_error([&] { model_from_json(unknown, "m.json"); }, "/attention",

@@ -68,11 +68,14 @@ TEST(MoePlan, ExpertGroupsFollowMegatronsExpertOrder) {
   EXPECT_EQ(group_rank(edp, 13), 3);
   EXPECT_EQ(group_instance(edp, 1), group_instance(edp, 13));
   // Each rank holds 4 / ep = 1 expert per layer, sharded over the 4 ranks of edp.
+  int expert_groups = 0;
   for (const ParamGroup& g : plan.groups) {
     if (!g.expert) continue;
+    ++expert_groups;
     EXPECT_EQ(g.elements, 3 * 64 * 128);
     EXPECT_EQ(g.shard_elements * 4, g.padded_elements);
   }
+  EXPECT_EQ(expert_groups, 2);
 }
 
 // tiny-moe (hidden 64, 4 heads of 16, 2 KV heads, 4 experts of width 128, top 2, vocab
@@ -333,7 +336,7 @@ TEST(MoePlan, ConfigErrorsNameTheField) {
       "/etp", "spans more than one NVLink domain");
   expect_input_error(
       [&] {
-        resolved(moe, four, {{"moe_imbalance", 2.5}});
+        resolved(moe, four, {{"ep", 2}, {"moe_imbalance", 2.5}});
       },
       "/moe_imbalance", "cannot see more than every token");
   expect_input_error(
@@ -361,6 +364,12 @@ TEST(MoePlan, ConfigErrorsNameTheField) {
         fsdp_config_from_json({{"moe_dispatcher", "deepep"}, {"etp", 2}}, "cfg");
       },
       "/etp", "deepep dispatcher with expert tensor parallelism");
+  // etp unset follows tp.
+  expect_input_error(
+      [&] {
+        fsdp_config_from_json({{"moe_dispatcher", "hybridep"}, {"tp", 2}}, "cfg");
+      },
+      "/etp", "hybridep dispatcher with expert tensor parallelism");
   expect_input_error(
       [&] {
         fsdp_config_from_json({{"moe_capacity_factor", 0}}, "cfg");
@@ -371,6 +380,33 @@ TEST(MoePlan, ConfigErrorsNameTheField) {
         fsdp_config_from_json({{"moe_imbalance", 0.5}}, "cfg");
       },
       "/moe_imbalance", "at least 1");
+}
+
+// A unit without parameters of its own still gets its (empty) gather to wait for, and an
+// imbalance above E / k is refused only where it is used (ep > 1 or a capacity).
+TEST(MoePlan, EdgeCasesStayValid) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+  const Plan plan =
+      build_plan(model, cluster,
+                 resolved(model, cluster,
+                          {{"ep", 2},
+                           {"seq_len", 128},
+                           {"unit_modules", {"layers.*", "layers.*.self_attn.core_attention"}}}));
+  EXPECT_FALSE(validate_plan(plan).has_value());
+  // Experts left in the root unit (only attention wrapped) are still sharded over edp,
+  // and describe's estimate agrees with the plan's persistent bytes.
+  const FsdpConfig attention_units = resolved(
+      model, cluster, {{"ep", 2}, {"seq_len", 128}, {"unit_modules", {"layers.*.self_attn"}}});
+  const Plan root_experts = build_plan(model, cluster, attention_units);
+  ASSERT_FALSE(validate_plan(root_experts).has_value());
+  double persistent = 0;
+  for (const PlanBuffer& b : root_experts.buffers)
+    if (b.persistent) persistent += static_cast<double>(b.bytes);
+  const MemoryEstimate e = estimate_memory(model, cluster, attention_units);
+  EXPECT_NEAR(e.model_weights + e.main_weights + e.main_grads + e.optimizer_states, persistent,
+              16.0 * 256 * 4 * static_cast<double>(root_experts.groups.size()));
+  EXPECT_NO_THROW(resolved(model, cluster, {{"seq_len", 128}, {"moe_imbalance", 3.0}}));
 }
 
 TEST(MoePlan, ExpertFieldsRoundTripThroughJson) {
