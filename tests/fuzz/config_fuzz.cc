@@ -1,6 +1,7 @@
 // A config JSON object and --set overrides -> resolve against the tiny model on one
 // DGX H100 node -> plan -> simulate. The input is `key=value` override lines, a line
-// "---", then the JSON config (no "---": the whole input is the JSON).
+// "---", then the JSON config (no "---": the whole input is the JSON). A first line "moe"
+// picks tiny-moe instead (4 experts, top 2), for the expert-parallel fields.
 #include <string>
 #include <vector>
 
@@ -16,11 +17,15 @@
 using namespace shardplan;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const ModelSpec model = load_model("tiny");
+  static const ModelSpec dense = load_model("tiny");
+  static const ModelSpec moe = load_model("tiny-moe");
   static const ClusterSpec cluster = load_cluster("dgx-h100", 1, std::nullopt);
   static const auto assigner = make_best_fit_assigner();
   return fuzz::guarded([&] {
     std::string_view input = fuzz::text(data, size);
+    const bool experts = input.starts_with("moe\n");
+    if (experts) input.remove_prefix(4);
+    const ModelSpec& model = experts ? moe : dense;
     std::vector<std::string> overrides;
     if (const size_t split = input.find("---\n"); split != std::string_view::npos) {
       std::string_view head = input.substr(0, split);
