@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,6 +77,7 @@ struct ModelParallel {
 // layer's all-to-all dispatch and combine); etp, the expert-tensor-parallel group;
 // ep_etp, the two flattened (the allgather dispatcher's group).
 enum class MeshAxis { tp, cp, ep, etp, ep_etp };
+inline constexpr std::size_t kNumMeshAxes = 5;
 // What a module's collective does, in nccl-tests terms.
 enum class CommKind { all_gather, reduce_scatter, all_reduce, send_recv, all_to_all };
 enum class CommPhase { forward, backward };

@@ -127,17 +127,17 @@ std::vector<ModuleComm> block_comms(const Ranks& r, int64_t width) {
 }
 
 // RMSNorm saves its input and the fp32 reciprocal RMS per token; LayerNorm also the mean.
-// Norms are replicated on every tensor-parallel rank and run on the sequence-parallel
-// shard of the tokens.
-Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
-  const bool layernorm = a.norm == NormKind::layernorm;
+// `width` elements per token, on 1 / `divisor` of the tokens; `residual`: the residual
+// add before it is its own kernel on the eager stack.
+Module norm_of(const std::string& name, int64_t width, NormKind kind, bool bias, bool residual,
+               double divisor, DType dtype) {
+  const bool layernorm = kind == NormKind::layernorm;
   Module m{.name = name, .type = layernorm ? "LayerNorm" : "RMSNorm"};
-  m.parameters.push_back(param("weight", {a.hidden_size}, a.dtype));
-  if (layernorm && a.bias) m.parameters.push_back(param("bias", {a.hidden_size}, a.dtype));
+  m.parameters.push_back(param("weight", {width}, dtype));
+  if (layernorm && bias) m.parameters.push_back(param("bias", {width}, dtype));
   m.cost.kind = ComputeKind::elementwise;
-  m.cost.fwd_io_elements_per_token = 2.0 * d(a.hidden_size) / r.seq;
-  m.cost.saved_per_token =
-      scaled(elements_and_fixed(d(a.hidden_size), layernorm ? 8.0 : 4.0), r.seq);
+  m.cost.fwd_io_elements_per_token = 2.0 * d(width) / divisor;
+  m.cost.saved_per_token = scaled(elements_and_fixed(d(width), layernorm ? 8.0 : 4.0), divisor);
   // Eager PyTorch runs RMSNorm (aten's composite rms_norm, torchtitan's RMSNorm) as
   // separate kernels on an fp32 copy: to(float) (read 2, write 4 bytes per element), pow
   // (4, 4), mean (4), x·rsqrt (4, 4), type_as (4, 2), ·weight (2, 2) = 36 bytes where a
@@ -146,25 +146,25 @@ Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
   // own kernel (read 2 × 2, write 2 bytes), which fused stacks fold into the norm: 3 more.
   // PyTorch then fused F.rms_norm into one kernel (pytorch/pytorch#153666, May 2025; one forward
   // and two backward kernels in 2.11, tests/data/h200/sdpa_probe.json): then only the 3.
-  m.cost.eager_extra_io_elements_per_token = (layernorm ? 3.0 : 19.0) * d(a.hidden_size) / r.seq;
-  m.cost.eager_composite_norm_io_elements_per_token =
-      layernorm ? 0.0 : 16.0 * d(a.hidden_size) / r.seq;
-  m.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
+  const double composite = layernorm ? 0.0 : 16.0;
+  m.cost.eager_extra_io_elements_per_token =
+      (composite + (residual ? 3.0 : 0.0)) * d(width) / divisor;
+  m.cost.eager_composite_norm_io_elements_per_token = composite * d(width) / divisor;
+  m.cost.input_per_token = elements(d(width) / divisor);
   return m;
 }
 
-// An RMSNorm inside a block, over `width` elements of every token of the full sequence
-// (MLA's latent norms: after the down projections, before the up projections).
+// A layer's norms are replicated on every tensor-parallel rank and run on the
+// sequence-parallel shard of the tokens, after a residual add.
+Module norm(const std::string& name, const TransformerArch& a, const Ranks& r) {
+  return norm_of(name, a.hidden_size, a.norm, a.bias, true, r.seq, a.dtype);
+}
+
+// An RMSNorm inside a block, over `width` elements of every token of the full sequence,
+// with no residual add (MLA's latent norms: after the down projections, before the up
+// projections).
 Module latent_norm(const std::string& name, int64_t width, const TransformerArch& a) {
-  Module m{.name = name, .type = "RMSNorm"};
-  m.parameters.push_back(param("weight", {width}, a.dtype));
-  m.cost.kind = ComputeKind::elementwise;
-  m.cost.fwd_io_elements_per_token = 2.0 * d(width);
-  m.cost.saved_per_token = elements_and_fixed(d(width), 4.0);
-  m.cost.eager_extra_io_elements_per_token = 16.0 * d(width);
-  m.cost.eager_composite_norm_io_elements_per_token = 16.0 * d(width);
-  m.cost.input_per_token = elements(d(width));
-  return m;
+  return norm_of(name, width, NormKind::rmsnorm, false, false, 1.0, a.dtype);
 }
 
 int64_t q_dim(const TransformerArch& a) {
@@ -309,7 +309,8 @@ Module mla_attention(const std::string& name, const TransformerArch& a, const Ra
   // RoPE applied to the query and the shared key part in eager PyTorch (as attention()).
   core.cost.eager_extra_io_elements_per_token = 8.0 * d(heads + 1) * d(a.qk_rope_head_dim);
   const Footprint qkv = elements(d(2 * q_width + v_width));
-  core.cost.saved_per_token = elements_and_fixed(d(2 * q_width + v_width), 4.0 * d(heads));
+  core.cost.saved_per_token = qkv;
+  core.cost.saved_per_token += fixed(4.0 * d(heads));
   core.cost.selective_recompute = true;
   core.cost.selective_kept_per_token = qkv;
   core.cost.sac_op_kept_per_token = elements_and_fixed(d(v_width), 4.0 * d(heads));

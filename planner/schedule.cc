@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 
 #include "planner/sharding.h"
 
@@ -127,6 +126,7 @@ class ScheduleBuilder {
         shard_group_(find_process_group(plan, "dp_shard_cp")),
         outer_group_(find_process_group(plan, "dp_outer")),
         domain_groups_{shard_group_, find_process_group(plan, "edp")},
+        axis_groups_(axis_groups(plan)),
         gather_bytes_(c_.fp8_param_gather ? 1.0 : static_cast<double>(dtype_bytes(c_.param_dtype))),
         grad_bytes_(static_cast<double>(dtype_bytes(c_.grad_reduce_dtype))),
         units_(plan.units.size()),
@@ -162,8 +162,8 @@ class ScheduleBuilder {
   // A unit's parameters at `element_bytes` each: all of them, or one domain's.
   double unsharded_bytes(int64_t unit, double element_bytes, bool trainable_only,
                          int domain = -1) const;
-  // The process group a model-parallel collective on `axis` runs over.
-  int64_t axis_group(MeshAxis axis) const;
+  // The process group a model-parallel collective runs over, by MeshAxis.
+  static std::array<int64_t, kNumMeshAxes> axis_groups(const Plan& plan);
   bool has_grads(int64_t unit) const { return unsharded_bytes(unit, 1.0, true) > 0; }
   double shard_ranks() const {
     return static_cast<double>(plan_.process_groups[static_cast<std::size_t>(shard_group_)].size);
@@ -213,6 +213,7 @@ class ScheduleBuilder {
   Emitter emit_;
   const int64_t shard_group_, outer_group_;
   const std::array<int64_t, 2> domain_groups_;  // the group each domain shards over
+  const std::array<int64_t, kNumMeshAxes> axis_groups_;
   const double gather_bytes_, grad_bytes_;
   std::vector<UnitBuffers> units_;
   std::vector<int64_t> double_buffers_;
@@ -265,20 +266,25 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   work.deps.insert(work.deps.end(), pending_side_.begin(), pending_side_.end());
   pending_side_.clear();
   if (comms.empty()) return emit_.op(std::move(work));
-  // One buffer per role (tp, cp, ep), sized for its largest collective, in role order.
-  std::map<BufferRole, double> role_bytes;
+  // One buffer per role (tp, ep, cp), sized for its largest collective.
+  constexpr std::array<BufferRole, 3> kRoles = {BufferRole::tp_buffer, BufferRole::ep_buffer,
+                                                BufferRole::cp_buffer};
+  auto role_index = [&](MeshAxis axis) {
+    return static_cast<std::size_t>(
+        std::find(kRoles.begin(), kRoles.end(), comm_buffer_role(axis)) - kRoles.begin());
+  };
+  std::array<double, kRoles.size()> role_bytes{};
   for (const SegmentComm& c : comms) {
-    double& bytes = role_bytes[comm_buffer_role(c.axis)];
+    double& bytes = role_bytes[role_index(c.axis)];
     bytes = std::max(bytes, comm_buffer_bytes(c.kind, c.bytes));
   }
-  std::map<BufferRole, int64_t> buffers;
-  for (const auto& [role, bytes] : role_bytes) {
-    if (bytes <= 0) continue;  // no bytes to hold
-    const int64_t id =
-        emit_.transient(role, seg.unit, mb_, c_.param_dtype, bytes,
-                        fmt::format("{} {} {} mb{}", buffer_role_name(role), pass, seg.label, mb_));
-    work.reads.push_back(id);
-    buffers[role] = id;
+  std::array<int64_t, kRoles.size()> buffers{-1, -1, -1};
+  for (std::size_t i = 0; i < kRoles.size(); ++i) {
+    if (role_bytes[i] <= 0) continue;  // no bytes to hold
+    buffers[i] = emit_.transient(
+        kRoles[i], seg.unit, mb_, c_.param_dtype, role_bytes[i],
+        fmt::format("{} {} {} mb{}", buffer_role_name(kRoles[i]), pass, seg.label, mb_));
+    work.reads.push_back(buffers[i]);
   }
   const std::vector<int64_t> start_deps = work.deps;
   // Transformer Engine's userbuffers pipeline the sequence-parallel collectives of forward
@@ -290,9 +296,9 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
     // MoE dispatch and combine block the compute stream (Megatron runs them in line).
     const bool overlapped =
         cp ? c.kind == CommKind::send_recv : c.axis == MeshAxis::tp && tp_overlap;
-    const auto found = buffers.find(comm_buffer_role(c.axis));
+    const int64_t buffer = buffers[role_index(c.axis)];
     const std::vector<int64_t> writes =
-        found == buffers.end() ? std::vector<int64_t>{} : std::vector<int64_t>{found->second};
+        buffer < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{buffer};
     for (int64_t step = 0; step < c.count; ++step) {
       const int64_t id =
           emit_.op(PlanOp{.stream = overlapped ? (cp ? Stream::cp : Stream::tp) : Stream::compute,
@@ -303,7 +309,7 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
                                               comm_short_name(op_kind_of(c.kind)), pass, c.module,
                                               mb_, c.count > 1 ? fmt::format(" step{}", step) : ""),
                           .bytes = c.bytes,
-                          .group = axis_group(c.axis),
+                          .group = axis_groups_[static_cast<std::size_t>(c.axis)],
                           .deps = start_deps,
                           .writes = writes});
       (overlapped ? pending_side_ : work.deps).push_back(id);
@@ -312,23 +318,18 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   return emit_.op(std::move(work));
 }
 
-int64_t ScheduleBuilder::axis_group(MeshAxis axis) const {
+std::array<int64_t, kNumMeshAxes> ScheduleBuilder::axis_groups(const Plan& plan) {
   // Without an expert mesh the experts are split as the dense layers are: their
   // tensor-parallel group is tp.
-  const bool mesh = expert_mesh(c_);
-  switch (axis) {
-    case MeshAxis::tp:
-      return find_process_group(plan_, "tp");
-    case MeshAxis::cp:
-      return find_process_group(plan_, "cp");
-    case MeshAxis::ep:
-      return find_process_group(plan_, mesh ? "ep" : "tp");
-    case MeshAxis::etp:
-      return find_process_group(plan_, mesh ? "etp" : "tp");
-    case MeshAxis::ep_etp:
-      return find_process_group(plan_, mesh ? "ep_etp" : "tp");
-  }
-  return -1;
+  const bool mesh = expert_mesh(plan.config);
+  std::array<int64_t, kNumMeshAxes> groups{};
+  groups[static_cast<std::size_t>(MeshAxis::tp)] = find_process_group(plan, "tp");
+  groups[static_cast<std::size_t>(MeshAxis::cp)] = find_process_group(plan, "cp");
+  groups[static_cast<std::size_t>(MeshAxis::ep)] = find_process_group(plan, mesh ? "ep" : "tp");
+  groups[static_cast<std::size_t>(MeshAxis::etp)] = find_process_group(plan, mesh ? "etp" : "tp");
+  groups[static_cast<std::size_t>(MeshAxis::ep_etp)] =
+      find_process_group(plan, mesh ? "ep_etp" : "tp");
+  return groups;
 }
 
 void ScheduleBuilder::index_persistent_buffers() {

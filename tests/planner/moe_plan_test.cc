@@ -334,6 +334,12 @@ TEST(MoePlan, ConfigErrorsNameTheField) {
         resolved(moe, sixteen, {{"etp", 16}});
       },
       "/etp", "spans more than one NVLink domain");
+  const ClusterSpec six = load_cluster("dgx-h100", std::nullopt, 6);
+  expect_input_error(
+      [&] {
+        resolved(moe, six, {{"etp", 3}, {"seq_len", 96}});
+      },
+      "/etp", "does not divide tiny-moe's moe_ffn_hidden_size 128");
   expect_input_error(
       [&] {
         resolved(moe, four, {{"ep", 2}, {"moe_imbalance", 2.5}});
