@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -16,6 +17,15 @@ struct JobParams {
   std::optional<int64_t> gpus;
   std::string config_file;             // FsdpConfig JSON; empty = defaults
   std::vector<std::string> overrides;  // --set key=value
+  // A training stack's own config instead of --model and --config (interop/stack_job.h):
+  // a Megatron-LM command line (inline or a file), a Megatron-Bridge fields file, a
+  // torchtitan TOML. At most one.
+  std::string from_megatron;
+  std::string from_megatron_bridge;
+  std::string from_torchtitan;
+  // The Python module's inline forms of --model and --config (null: not given).
+  nlohmann::json model_json;
+  nlohmann::json config_json;
 };
 
 struct ZooParams {
@@ -32,6 +42,7 @@ struct DescribeParams {
 
 struct PlanParams {
   JobParams job;
+  std::string emit;        // megatron-args | megatron-bridge | torchtitan; empty = none
   std::string output;      // plan.json path; empty = do not write
   std::string step_trace;  // follow this step (trace import -o); empty = the model's order
   bool json = false;
@@ -90,6 +101,7 @@ struct SweepParams {
   std::string csv;          // every point, with the Pareto flag
   std::string report;       // HTML page
   std::string emit_config;  // the winner as a config file
+  std::string emit;         // the winner as a stack's config (see PlanParams)
 };
 
 struct ExecuteParams {

@@ -97,24 +97,25 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
   const ModelSummary summary = summarize_model(model, shape);
   const MemoryEstimate memory = estimate_memory(model, cluster, resolved);
 
+  print_stack_notes(job, p.json);
   if (p.json) {
-    out << nlohmann::json{{"model",
-                           {{"name", model.name},
-                            {"family", model.family},
-                            {"source", model.source},
-                            {"hidden_size", model.hidden_size},
-                            {"num_layers", model.num_layers},
-                            {"vocab_size", model.vocab_size}}},
-                          {"cluster",
-                           {{"name", cluster.name},
-                            {"gpu", cluster.gpu.name},
-                            {"nodes", cluster.nodes()},
-                            {"num_gpus", cluster.num_gpus}}},
-                          {"config", fsdp_config_to_json(resolved)},
-                          {"summary", summary_json(summary)},
-                          {"memory", memory_estimate_to_json(memory)}}
-               .dump(2)
-        << "\n";
+    nlohmann::json j{{"model",
+                      {{"name", model.name},
+                       {"family", model.family},
+                       {"source", model.source},
+                       {"hidden_size", model.hidden_size},
+                       {"num_layers", model.num_layers},
+                       {"vocab_size", model.vocab_size}}},
+                     {"cluster",
+                      {{"name", cluster.name},
+                       {"gpu", cluster.gpu.name},
+                       {"nodes", cluster.nodes()},
+                       {"num_gpus", cluster.num_gpus}}},
+                     {"config", fsdp_config_to_json(resolved)},
+                     {"summary", summary_json(summary)},
+                     {"memory", memory_estimate_to_json(memory)}};
+    add_stack_notes(job, j);
+    out << j.dump(2) << "\n";
     return 0;
   }
 

@@ -40,10 +40,10 @@ const CLI::Validator& non_negative_whole_number() {
 }
 
 void add_job_options(CLI::App& command, JobParams& job) {
-  job.model = kDefaultModel;
   job.cluster = kDefaultCluster;
-  command.add_option("--model", job.model, "zoo model name or model JSON file")
-      ->capture_default_str();
+  command.add_option(
+      "--model", job.model,
+      std::string("zoo model name or model JSON file (default ") + kDefaultModel + ")");
   command.add_option("--cluster", job.cluster, "zoo cluster name or cluster JSON file")
       ->capture_default_str();
   command.add_option("--nodes", job.nodes, "nodes in the job (default 1)")
@@ -53,6 +53,15 @@ void add_job_options(CLI::App& command, JobParams& job) {
   command.add_option("--config", job.config_file, "FSDP config JSON file")
       ->check(CLI::ExistingFile);
   command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");
+  command.add_option("--from-megatron", job.from_megatron,
+                     "model, mesh and config from a Megatron-LM command line (the text, or a "
+                     "file holding it)");
+  command
+      .add_option("--from-megatron-bridge", job.from_megatron_bridge,
+                  "... from Megatron-Bridge recipe fields (JSON, or cfg.x.y = v lines)")
+      ->check(CLI::ExistingFile);
+  command.add_option("--from-torchtitan", job.from_torchtitan, "... from a torchtitan job TOML")
+      ->check(CLI::ExistingFile);
 }
 
 }  // namespace shardplan

@@ -101,10 +101,18 @@ int run_plan(const PlanParams& p, std::ostream& out) {
     throw std::logic_error("the planner built an invalid plan (" +
                            std::string(plan_error_kind_name(error->kind)) + "): " + error->message);
   }
+  const std::string emitted =
+      p.emit.empty() ? "" : emit_text(p.emit, job.model, job.cluster, job.config);
   if (!p.output.empty()) write_file_atomically(p.output, plan_to_json(plan).dump(1) + "\n");
   const PlanMemory memory = plan_memory(plan);
+  print_stack_notes(job, p.json);
   if (p.json) {
-    out << plan_summary_json(plan, memory, p.output).dump(2) << "\n";
+    nlohmann::json j = plan_summary_json(plan, memory, p.output);
+    add_stack_notes(job, j);
+    if (!p.emit.empty()) j["emit"] = {{"format", p.emit}, {"text", emitted}};
+    out << j.dump(2) << "\n";
+  } else if (!p.emit.empty()) {
+    out << emitted;
   } else {
     print_plan(plan, memory, out);
     if (!p.output.empty()) out << "wrote " << p.output << "\n";
@@ -123,6 +131,9 @@ Command add_plan_command(CLI::App& app) {
                    "follow this step's module order and recompute placement (trace import -o, "
                    "or a captured step)")
       ->check(CLI::ExistingFile);
+  plan->add_option("--emit", p.emit,
+                   "print the config as megatron-args, megatron-bridge or torchtitan text to "
+                   "paste (instead of the table)");
   plan->add_flag("--json", p.json, "machine-readable summary");
 
   return {plan, [params] { return run_plan(*params, std::cout); }};

@@ -80,6 +80,7 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
 int run_simulate(const SimulateParams& p, std::ostream& out) {
   Plan plan;
   ClusterSpec cluster;
+  nlohmann::json stack_notes = nlohmann::json::object();
   if (!p.plan.empty()) {
     plan = read_plan_file(p.plan);
     cluster = plan_cluster(plan, p);
@@ -87,6 +88,8 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     const Job job = load_job(p.job);
     plan = build_plan(job.model, job.cluster, job.config);
     cluster = job.cluster;
+    print_stack_notes(job, p.json);
+    add_stack_notes(job, stack_notes);
   }
   const Timeline timeline = simulate(plan, cluster);
   // Everything is computed before anything is written.
@@ -101,6 +104,7 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     j.erase("memory");
     j.erase("critical_path");
     j["config"] = fsdp_config_to_json(plan.config);
+    j.update(stack_notes);
     out << j.dump(2) << "\n";
     return 0;
   }
@@ -131,7 +135,9 @@ Command add_simulate_command(CLI::App& app) {
   return {simulate, [params, simulate] {
             params->cluster_given = simulate->count("--cluster") > 0;
             if (!params->plan.empty()) {
-              for (const char* flag : {"--model", "--nodes", "--gpus", "--config", "--set"}) {
+              for (const char* flag :
+                   {"--model", "--nodes", "--gpus", "--config", "--set", "--from-megatron",
+                    "--from-megatron-bridge", "--from-torchtitan"}) {
                 if (simulate->count(flag) > 0) {
                   throw InputError("", flag, "cannot be combined with --plan (the plan fixes it)");
                 }

@@ -40,12 +40,15 @@ SearchSpace build_space(const SweepParams& p, const Job& job) {
   if (!p.recompute.empty()) flags["recompute"] = p.recompute;
   if (!p.micro_batch.empty()) flags["micro_batch"] = p.micro_batch;
   if (p.fp8) flags["fp8"] = {false, true};
-  if (p.global_batch) flags["global_batch_sequences"] = *p.global_batch;
+  // The stack config's global batch holds unless a flag gives another.
+  std::optional<int64_t> global_batch = p.global_batch;
+  if (!global_batch && !p.global_batch_tokens && job.stack) global_batch = job.stack->global_batch;
+  if (global_batch) flags["global_batch_sequences"] = *global_batch;
   if (p.global_batch_tokens) flags["global_batch_tokens"] = *p.global_batch_tokens;
   if (p.global_batch && p.global_batch_tokens)
     throw InputError("", "--global-batch-tokens", "give --global-batch or --global-batch-tokens");
   if (!flags.empty()) {
-    if (p.global_batch || p.global_batch_tokens) space.global_batch_sequences = 0;
+    if (global_batch || p.global_batch_tokens) space.global_batch_sequences = 0;
     space = search_space_from_json(flags, "flags", space);
   }
   for (int64_t outer : space.dp_outer) {
@@ -330,13 +333,26 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   // Everything is computed before anything is written.
   if (!p.csv.empty()) write_file_atomically(p.csv, csv_text(result));
   if (!p.report.empty()) write_file_atomically(p.report, sweep_report_html(result, title, p.top));
+  std::string emitted;
+  if (!p.emit.empty() && !result.ranking.empty()) {
+    emitted =
+        emit_text(p.emit, job.model, job.cluster, result.points[result.ranking.front()].config);
+  }
   if (!p.emit_config.empty() && !result.ranking.empty()) {
     write_file_atomically(
         p.emit_config,
         fsdp_config_to_json(result.points[result.ranking.front()].config).dump(2) + "\n");
   }
+  print_stack_notes(job, p.json);
   if (p.json) {
-    out << sweep_json(p, job, result, cap, seconds, advice).dump(2) << "\n";
+    nlohmann::json j = sweep_json(p, job, result, cap, seconds, advice);
+    add_stack_notes(job, j);
+    if (!p.emit.empty()) j["emit"] = {{"format", p.emit}, {"text", emitted}};
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  if (!p.emit.empty() && !result.ranking.empty()) {
+    out << emitted;
     return 0;
   }
   print_sweep(p, result, title, cap, seconds, options.threads, ranks, advice, out);
@@ -376,6 +392,9 @@ Command add_sweep_command(CLI::App& app) {
   sweep->add_option("--report", p.report, "write an HTML report with the Pareto chart");
   sweep->add_option("--emit-config", p.emit_config,
                     "write the winner as a config file for plan, simulate and execute");
+  sweep->add_option("--emit", p.emit,
+                    "print the winner as megatron-args, megatron-bridge or torchtitan text to "
+                    "paste (instead of the table)");
   sweep->add_flag("--json", p.json, "machine-readable output");
 
   return {sweep, [params] { return run_sweep(*params, std::cout, std::cerr); }};

@@ -51,6 +51,8 @@ struct TransformerArch {
   int64_t moe_ffn_hidden_size = 0;
   int64_t num_shared_experts = 0;
   std::vector<bool> moe_layers;  // per layer: is its MLP a mixture of experts
+
+  bool operator==(const TransformerArch&) const = default;
 };
 
 // Reads and checks the family fields of a "transformer" or "moe" model file (sizes,

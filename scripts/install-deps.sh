@@ -8,6 +8,8 @@ packages=(
   libboost-graph-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  libtomlplusplus-dev  # torchtitan's job TOML (--from-torchtitan)
+  pybind11-dev python3-dev  # the Python module (import shardplan)
   clang libclang-rt-14-dev llvm  # the sanitizer build, libFuzzer and llvm-symbolizer
   clang-format  # 14 on Debian 12: the format check in the test suite
   python3-torch  # PyTorch 1.13 (CPU) for traces/capture and its tests

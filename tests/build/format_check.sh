@@ -9,7 +9,7 @@ if ! command -v clang-format >/dev/null; then
   exit 1
 fi
 cd "$root"
-mapfile -t files < <(find calibrate cli executor models planner pool simulator traces tests \
+mapfile -t files < <(find calibrate cli executor interop models planner pool python simulator traces tests \
   \( -name '*.cc' -o -name '*.h' \) -not -path 'tests/fuzz/corpus/*' 2>/dev/null | sort)
 echo "${#files[@]} files checked"
 # One call for all of them; only when it complains, one call per file to name them.

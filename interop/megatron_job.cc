@@ -1,0 +1,337 @@
+// What a Megatron-LM argument set means for shardplan: the model, the mesh and the
+// Megatron-FSDP config, with every argument accounted for. Names and defaults are
+// Megatron-LM's at d98e8a6 (megatron/training/arguments.py and the dataclasses it
+// generates flags from); docs/user-guide.md "From your training script" lists the mapping.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "interop/internal/arg_reader.h"
+#include "interop/internal/megatron.h"
+#include "interop/internal/megatron_model.h"
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+// Arguments with no bearing on memory or step time: optimizer hyper-parameters, data,
+// logging, checkpoints, initialisation, RNG (by dest prefix).
+bool ignored_dest(const std::string& dest) {
+  static const std::vector<std::string> prefixes = {"lr",
+                                                    "min_lr",
+                                                    "decoupled_",
+                                                    "adam_",
+                                                    "weight_decay",
+                                                    "clip_grad",
+                                                    "log",
+                                                    "save",
+                                                    "load",
+                                                    "eval_",
+                                                    "data_",
+                                                    "split",
+                                                    "tokenizer_model",
+                                                    "vocab_file",
+                                                    "merge_file",
+                                                    "tensorboard",
+                                                    "wandb",
+                                                    "seed",
+                                                    "init_method",
+                                                    "rotary_",
+                                                    "train_iters",
+                                                    "train_samples",
+                                                    "exit_",
+                                                    "distributed_timeout",
+                                                    "ckpt_",
+                                                    "mock_data",
+                                                    "num_workers",
+                                                    "tiktoken_",
+                                                    "create_attention_mask",
+                                                    "mmap_bin_files",
+                                                    "check_for_nan",
+                                                    "use_mcore_models",
+                                                    "apply_layernorm_1p",
+                                                    "layernorm_epsilon",
+                                                    "norm_epsilon",
+                                                    "layernorm_zero_centered_gamma",
+                                                    "deprecated_",
+                                                    "init_model_with_meta_device",
+                                                    "fsdp_manual_registration",
+                                                    "fp8_amax",
+                                                    "fp8_margin",
+                                                    "calculate_per_token_loss",
+                                                    "distributed_backend",
+                                                    "profile",
+                                                    "record_memory_history",
+                                                    "memory_snapshot",
+                                                    "timing_log",
+                                                    "finetune",
+                                                    "no_load",
+                                                    "override_opt_param_scheduler",
+                                                    "use_checkpoint_opt_param_scheduler",
+                                                    "start_weight_decay",
+                                                    "end_weight_decay",
+                                                    "sgd_momentum",
+                                                    "initial_loss_scale",
+                                                    "loss_scale",
+                                                    "hysteresis",
+                                                    "min_loss_scale",
+                                                    "tokenizer_type",
+                                                    "vocab_extra_ids",
+                                                    "max_position_embeddings",
+                                                    "manual_gc",
+                                                    "ckpt",
+                                                    "async_save",
+                                                    "dist_ckpt",
+                                                    "eod_mask_loss",
+                                                    "reset_",
+                                                    "object_storage",
+                                                    "use_dist_ckpt",
+                                                    "auto_detect_ckpt_format",
+                                                    "rerun_",
+                                                    "non_persistent"};
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& p) { return dest.rfind(p, 0) == 0; });
+}
+
+void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp) {
+  if (r.integer_or("pipeline_model_parallel_size", 1) > 1) {
+    r.fail("pipeline_model_parallel_size",
+           "pipeline parallelism is not modelled by shardplan (set it to 1 to plan the FSDP "
+           "part, or plan one stage's layers as its own model)");
+  }
+  c["tp"] = tp;
+  c["cp"] = r.integer_or("context_parallel_size", 1);
+  // Megatron turns sequence parallelism off at tp 1 (validate_args); its default is off.
+  const bool sp = r.flag("sequence_parallel");
+  if (tp > 1) c["sequence_parallel"] = sp;
+  c["tp_comm_overlap"] = r.flag("tp_comm_overlap") && tp > 1 && sp;
+  const std::vector<std::string> cp_comm = r.texts("cp_comm_type");
+  if (!cp_comm.empty()) {
+    const std::string& kind = cp_comm.front();
+    if (std::any_of(cp_comm.begin(), cp_comm.end(), [&](const auto& k) { return k != kind; })) {
+      r.not_modelled("cp_comm_type",
+                     "one kind per layer is not modelled; all layers use the first");
+    }
+    if (kind == "p2p" || kind == "a2a") {
+      c["cp_comm"] = kind;
+    } else if (kind == "allgather" || kind == "all_gather") {
+      c["cp_comm"] = "all_gather";
+    } else {
+      c["cp_comm"] = "p2p";
+      r.not_modelled("cp_comm_type", "hierarchical a2a+p2p is modelled as p2p");
+    }
+  }
+  c["ep"] = r.integer_or("expert_model_parallel_size", 1);
+  if (const auto etp = r.integer("expert_tensor_parallel_size")) c["etp"] = *etp;
+  if (const auto dispatcher = r.text("moe_token_dispatcher_type")) {
+    if (*dispatcher == "flex") {
+      const std::string backend = r.text("moe_flex_dispatcher_backend").value_or("deepep");
+      if (backend != "deepep" && backend != "hybridep") {
+        r.not_modelled("moe_flex_dispatcher_backend", "modelled as deepep");
+      }
+      c["moe_dispatcher"] = backend == "hybridep" ? "hybridep" : "deepep";
+    } else if (*dispatcher == "allgather" || *dispatcher == "alltoall") {
+      c["moe_dispatcher"] = *dispatcher;
+    } else {
+      r.fail("moe_token_dispatcher_type",
+             fmt::format("'{}' is not allgather, alltoall or flex", *dispatcher));
+    }
+  }
+  if (const auto capacity = r.number("moe_expert_capacity_factor")) {
+    c["moe_capacity_factor"] = *capacity;
+  }
+}
+
+void read_fsdp(ArgReader& r, nlohmann::json& c) {
+  if (r.flag("use_megatron_fsdp")) {
+    // The command line's default (arguments.py); the DDP dataclass's is no_shard.
+    c["sharding_strategy"] =
+        r.text("data_parallel_sharding_strategy").value_or("optim_grads_params");
+    r.use("use_distributed_optimizer");  // forced on by Megatron-FSDP v1
+  } else {
+    if (r.flag("use_torch_fsdp2")) {
+      c["sharding_strategy"] = "optim_grads_params";
+      r.not_modelled("use_torch_fsdp2",
+                     "modelled as Megatron-FSDP ZeRO-3 with Transformer Engine modules");
+    } else {
+      const bool distributed = r.flag("use_distributed_optimizer");
+      c["sharding_strategy"] = distributed ? "optim" : "no_shard";
+      r.not_modelled("use_megatron_fsdp",
+                     std::string("absent: Megatron's DDP is modelled as Megatron-FSDP's ") +
+                         (distributed ? "optim (distributed optimizer)" : "no_shard"));
+    }
+    r.use("data_parallel_sharding_strategy");
+  }
+  const int64_t instances = r.integer_or("num_distributed_optimizer_instances", 1);
+  c["dp_outer"] = instances;
+  if (const auto outer = r.text("outer_dp_sharding_strategy")) c["outer_strategy"] = *outer;
+  // --use-nccl-ub turns on fsdp_double_buffer (validate_args).
+  const bool double_buffer = r.flag("fsdp_double_buffer");
+  const bool nccl_ub = r.flag("nccl_ub");
+  c["double_buffer"] = double_buffer || nccl_ub;
+  // Without overlap, Megatron-FSDP reduces after the backward and gathers on demand.
+  c["async_reduce"] = r.flag("overlap_grad_reduce");
+  if (!r.flag("overlap_param_gather")) {
+    c["forward_prefetch"] = 0;
+    c["backward_prefetch"] = 0;
+  }
+  c["fine_grained_param_gather"] = r.flag("megatron_fsdp_enable_fine_grained_param_gather");
+  c["keep_fp8_transpose_cache"] = r.flag("keep_fp8_transpose_cache");
+  if (r.has("suggested_communication_unit_size")) {
+    r.not_modelled("suggested_communication_unit_size",
+                   "Megatron-FSDP's grouping of small parameter groups into one collective is "
+                   "not modelled (each FSDP unit is gathered on its own)");
+  }
+  if (const auto layers = r.integer("cpu_offloading_num_layers"); layers && *layers > 0) {
+    c["offload_activations"] = *layers;
+  }
+  const std::string optimizer = r.text("optimizer").value_or("adam");
+  if (optimizer == "adam" || optimizer == "sgd") {
+    c["optimizer"] = optimizer;
+  } else {
+    c["optimizer"] = "adam";
+    r.not_modelled("optimizer", "modelled as Adam (two states per parameter)");
+  }
+}
+
+std::string dtype_option(ArgReader& r, const std::string& dest, const std::string& fallback,
+                         const std::string& automatic) {
+  const std::string value = r.text(dest).value_or(fallback);
+  if (value == "auto") return automatic;
+  if (value != "fp32" && value != "bf16" && value != "fp16") {
+    r.fail(dest, fmt::format("'{}' is not fp32, bf16, fp16 or auto", value));
+  }
+  return value;
+}
+
+void read_precision(ArgReader& r, nlohmann::json& c, bool fsdp) {
+  const std::string param = r.flag("bf16") ? "bf16" : r.flag("fp16") ? "fp16" : "fp32";
+  c["param_dtype"] = param;
+  if (fsdp) {
+    // Megatron-FSDP's MixedPrecisionPolicy (mcore_fsdp_adapter.py): main weights fp32 by
+    // default, main gradients "auto" = the parameters' dtype, the reduction in the main
+    // gradients' dtype.
+    c["main_param_dtype"] = dtype_option(r, "megatron_fsdp_main_params_dtype", "fp32", param);
+    const std::string grads = dtype_option(r, "megatron_fsdp_main_grads_dtype", "auto", param);
+    c["main_grad_dtype"] = grads;
+    c["grad_reduce_dtype"] = dtype_option(r, "megatron_fsdp_grad_comm_dtype", "auto", grads);
+    r.use("grad_reduce_in_bf16");
+  } else {
+    // DDP: bf16 training accumulates and reduces gradients in fp32 unless
+    // --grad-reduce-in-bf16 (validate_args).
+    const std::string grads = param == "bf16" && !r.flag("grad_reduce_in_bf16") ? "fp32" : param;
+    c["main_param_dtype"] = "fp32";
+    c["main_grad_dtype"] = grads;
+    c["grad_reduce_dtype"] = grads;
+  }
+  if (const auto format = r.text("fp8")) {  // --fp8-format
+    if (*format != "e4m3" && *format != "hybrid") {
+      r.fail("fp8", fmt::format("'{}' is not e4m3 or hybrid", *format));
+    }
+    c["fp8"] = true;
+    // TransformerConfig.fp8_recipe's default is delayed scaling.
+    const std::string recipe = r.text("fp8_recipe").value_or("delayed");
+    if (recipe == "mxfp8") {
+      c["fp8_recipe"] = "mxfp8";
+    } else {
+      c["fp8_recipe"] = "delayed";
+      if (recipe != "delayed") {
+        r.not_modelled("fp8_recipe",
+                       "modelled as delayed scaling (per-tensor scales; the "
+                       "same bytes, its own amax work not modelled)");
+      }
+    }
+  }
+  c["fp8_param_gather"] = r.flag("fp8_param_gather");
+}
+
+void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
+  const std::optional<std::string> granularity = r.text("recompute_granularity");
+  if (!granularity) return;
+  if (*granularity == "selective") {
+    c["recompute"] = "selective";
+    const std::vector<std::string> modules = r.texts("recompute_modules");
+    if (std::any_of(modules.begin(), modules.end(),
+                    [](const auto& m) { return m != "core_attn"; })) {
+      r.not_modelled("recompute_modules", "only core_attn recompute is modelled");
+    }
+    return;
+  }
+  if (*granularity != "full") {
+    r.fail("recompute_granularity", fmt::format("'{}' is not full or selective", *granularity));
+  }
+  c["recompute"] = "full";
+  // TransformerConfig.__post_init__ raises without a method and a layer count.
+  const std::optional<std::string> method_given = r.text("recompute_method");
+  const std::optional<int64_t> layers_given = r.integer("recompute_num_layers");
+  if (!method_given || !layers_given) {
+    r.fail(method_given ? "recompute_num_layers" : "recompute_method",
+           "is required with --recompute-granularity full (Megatron raises without it)");
+  }
+  const std::string& method = *method_given;
+  const int64_t layers = *layers_given;
+  if (method != "uniform" && method != "block") {
+    r.fail("recompute_method", fmt::format("'{}' is not uniform or block", method));
+  }
+  if (method == "uniform" && layers != 1) {
+    r.not_modelled("recompute_num_layers",
+                   "uniform chunks of several layers are modelled as one checkpoint per layer");
+  } else if (method == "block" && layers < num_layers) {
+    r.not_modelled("recompute_num_layers",
+                   "recomputing only the first layers is modelled as recomputing every layer");
+  }
+}
+
+std::string model_name(const std::string& label) {
+  if (label.rfind("--", 0) == 0) return "megatron-model";
+  return std::filesystem::path(label).stem().string();
+}
+
+}  // namespace
+
+StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
+                            const std::string& label) {
+  ArgReader r(args, label);
+  StackJob job;
+  job.format = format;
+  job.label = label;
+  job.gpus = args.gpus;
+  job.ignored = args.ignored;
+  job.unknown = args.unknown;
+  const int64_t tp = r.integer_or("tensor_model_parallel_size", 1);
+  job.model = megatron_model_json(r, model_name(label), tp);
+  nlohmann::json& c = job.config;
+  c["stack"] = "megatron-te";
+  const bool fsdp = r.has("use_megatron_fsdp") && r.flag("use_megatron_fsdp");
+  read_mesh(r, c, tp);
+  read_fsdp(r, c);
+  read_precision(r, c, fsdp);
+  read_recompute(r, c, job.model["num_layers"].get<int64_t>());
+  const std::optional<int64_t> micro = r.integer("micro_batch_size");
+  if (!micro) r.fail("micro_batch_size", "is required (Megatron-LM asserts it)");
+  c["micro_batch"] = *micro;
+  job.global_batch = r.integer("global_batch_size");
+  std::optional<int64_t> seq = r.integer("seq_length");
+  if (!seq) seq = r.integer("encoder_seq_length");
+  if (!seq) r.fail("seq_length", "is required (or --encoder-seq-length)");
+  c["seq_len"] = *seq;
+  if (args.expandable_segments) c["allocator"] = "expandable";
+  job.not_modelled = r.notes();
+  for (const auto& [dest, value] : args.values) {
+    if (r.used().count(dest) > 0 || value.value.is_null()) continue;
+    // A Bridge field left false (a dump lists them all) changes nothing; a command line's
+    // --no-X flag does.
+    if (value.name.rfind("--", 0) != 0 && value.value.is_boolean() && !value.value.get<bool>()) {
+      continue;
+    }
+    if (ignored_dest(dest)) {
+      job.ignored.push_back(value.name);
+    } else {
+      job.not_modelled.push_back(value.name + ": read, not modelled");
+    }
+  }
+  return job;
+}
+
+}  // namespace shardplan

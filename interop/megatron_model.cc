@@ -1,0 +1,249 @@
+// The model a Megatron-LM (or Megatron-Bridge) argument set builds, as a shardplan model
+// file. Defaults are Megatron-LM's command-line defaults at d98e8a6 (arguments.py
+// validate_args and the TransformerConfig dataclass), which differ from the zoo's: biases
+// on, LayerNorm, GeLU, learned positions, tied embeddings, dropout 0.1.
+#include "interop/internal/megatron_model.h"
+
+#include <fmt/format.h>
+
+#include "interop/internal/arg_reader.h"
+#include "models/error.h"
+
+namespace shardplan {
+namespace {
+
+// GPT-2's BPE vocabulary (its encoder.json holds 50,257 tokens), the one
+// --tokenizer-type GPT2BPETokenizer reads.
+constexpr int64_t kGpt2Vocab = 50257;
+
+int64_t required(ArgReader& r, const std::string& dest) {
+  const std::optional<int64_t> v = r.integer(dest);
+  if (!v) r.fail(dest, "is required (Megatron-LM asserts it); shardplan needs it for the model");
+  if (*v <= 0) r.fail(dest, fmt::format("must be positive, got {}", *v));
+  return *v;
+}
+
+// --moe-layer-freq: N (every Nth layer, from the first) or a Python list expression of
+// 0/1 per layer such as "([0]*3+[1]*5)" (the characters Megatron's _eval_pattern allows).
+class PatternParser {
+ public:
+  PatternParser(std::string text, ArgReader& r) : text_(std::move(text)), r_(r) {}
+
+  std::vector<int64_t> parse() {
+    std::vector<int64_t> out = sum();
+    skip();
+    if (pos_ != text_.size()) bad();
+    return out;
+  }
+
+ private:
+  [[noreturn]] void bad() {
+    r_.fail("moe_layer_freq",
+            fmt::format("cannot read '{}': expected N or a list such as ([0]*3+[1]*5)", text_));
+  }
+  void skip() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+  bool eat(char c) {
+    skip();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  int64_t integer() {
+    skip();
+    const std::size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])) != 0)
+      ++pos_;
+    if (pos_ == start || pos_ - start > 6) bad();
+    return std::stoll(text_.substr(start, pos_ - start));
+  }
+  std::vector<int64_t> sum() {
+    std::vector<int64_t> out = product();
+    while (eat('+')) {
+      const std::vector<int64_t> more = product();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+  std::vector<int64_t> product() {
+    std::vector<int64_t> out = atom();
+    while (eat('*')) {
+      const int64_t times = integer();
+      if (times > 100000 || out.size() * static_cast<std::size_t>(times) > 100000) bad();
+      std::vector<int64_t> repeated;
+      for (int64_t i = 0; i < times; ++i) repeated.insert(repeated.end(), out.begin(), out.end());
+      out = std::move(repeated);
+    }
+    return out;
+  }
+  std::vector<int64_t> atom() {
+    if (eat('(')) {
+      std::vector<int64_t> out = sum();
+      if (!eat(')')) bad();
+      return out;
+    }
+    if (!eat('[')) bad();
+    std::vector<int64_t> out;
+    if (eat(']')) return out;
+    do {
+      out.push_back(integer());
+    } while (eat(','));
+    if (!eat(']')) bad();
+    return out;
+  }
+
+  std::string text_;
+  ArgReader& r_;
+  std::size_t pos_ = 0;
+};
+
+std::vector<int64_t> moe_layer_indices(ArgReader& r, int64_t num_layers) {
+  const std::optional<std::string> freq = r.text("moe_layer_freq");
+  std::vector<int64_t> flags;
+  if (!freq || freq->find_first_not_of("0123456789") == std::string::npos) {
+    const int64_t every = freq ? std::stoll(*freq) : 1;
+    if (every <= 0) r.fail("moe_layer_freq", "must be positive");
+    for (int64_t i = 0; i < num_layers; ++i) flags.push_back(i % every == 0 ? 1 : 0);
+  } else {
+    flags = PatternParser(*freq, r).parse();
+    if (static_cast<int64_t>(flags.size()) != num_layers) {
+      r.fail("moe_layer_freq", fmt::format("lists {} layers, the model has {} (--num-layers)",
+                                           flags.size(), num_layers));
+    }
+  }
+  std::vector<int64_t> indices;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0 && flags[i] != 1) r.fail("moe_layer_freq", "entries must be 0 or 1");
+    if (flags[i] == 1) indices.push_back(static_cast<int64_t>(i));
+  }
+  return indices;
+}
+
+void read_moe(ArgReader& r, nlohmann::json& m, int64_t num_layers, int64_t ffn) {
+  m["family"] = "moe";
+  m["num_experts"] = required(r, "num_experts");
+  // Megatron's --moe-router-topk default (TransformerConfig.moe_router_topk = 2).
+  m["experts_per_token"] = r.integer_or("moe_router_topk", 2);
+  const int64_t expert_ffn = r.integer_or("moe_ffn_hidden_size", ffn);
+  m["moe_ffn_hidden_size"] = expert_ffn;
+  if (const auto shared = r.integer("moe_shared_expert_intermediate_size")) {
+    // Megatron gives the shared experts' total width; the model counts experts of the
+    // routed experts' width.
+    if (*shared % expert_ffn != 0) {
+      r.fail("moe_shared_expert_intermediate_size",
+             fmt::format("{} is not a multiple of the expert width {}; shardplan models shared "
+                         "experts as whole experts",
+                         *shared, expert_ffn));
+    }
+    m["num_shared_experts"] = *shared / expert_ffn;
+  }
+  m["moe_layers"] = moe_layer_indices(r, num_layers);
+  // Without dense layers the dense width is unused (the zoo leaves it out).
+  if (static_cast<int64_t>(m["moe_layers"].size()) == num_layers) m.erase("ffn_hidden_size");
+  if (r.has("moe_grouped_gemm")) r.use("moe_grouped_gemm");  // the model's experts are grouped
+}
+
+void read_attention(ArgReader& r, nlohmann::json& m, int64_t hidden, int64_t heads) {
+  if (r.flag("multi_latent_attention")) {
+    m["attention"] = "mla";
+    // The command-line defaults (arguments.py), not MLATransformerConfig's.
+    m["q_lora_rank"] = r.integer_or("q_lora_rank", 0);
+    m["kv_lora_rank"] = r.integer_or("kv_lora_rank", 32);
+    m["qk_nope_head_dim"] = r.integer_or("qk_head_dim", 128);
+    m["qk_rope_head_dim"] = r.integer_or("qk_pos_emb_head_dim", 64);
+    m["v_head_dim"] = r.integer_or("v_head_dim", 128);
+    return;
+  }
+  // --num-query-groups counts only with --group-query-attention (argument_utils.py
+  // core_transformer_config_from_args); its command-line default is 1.
+  const bool gqa = r.flag("group_query_attention");
+  const int64_t groups = r.integer_or("num_query_groups", 1);
+  if (gqa && groups != heads) m["num_kv_heads"] = groups;
+  if (!gqa && r.has("num_query_groups")) {
+    r.not_modelled("num_query_groups", "ignored without --group-query-attention, as Megatron does");
+  }
+  if (const auto kv_channels = r.integer("kv_channels");
+      kv_channels && *kv_channels * heads != hidden) {
+    m["head_dim"] = *kv_channels;
+  }
+}
+
+int64_t vocabulary(ArgReader& r, int64_t tp) {
+  if (const auto padded = r.integer("padded_vocab_size")) return *padded;
+  std::optional<int64_t> vocab = r.integer("vocab_size");
+  const std::optional<std::string> tokenizer = r.text("tokenizer_type");
+  // pretrain_gpt.py's default tokenizer is GPT2BPETokenizer (validate_args args_defaults).
+  if (!vocab && (!tokenizer || *tokenizer == "GPT2BPETokenizer")) vocab = kGpt2Vocab;
+  if (!vocab) {
+    r.fail("vocab_size",
+           "is needed to size the embedding (shardplan reads no tokenizer files): give "
+           "--vocab-size or --padded-vocab-size");
+  }
+  if (!r.flag("pad_vocab_size", true)) return *vocab;
+  // Megatron pads to a multiple of --make-vocab-size-divisible-by × tp
+  // (vocab_size_with_padding); the model pads to 128 × tp itself under tensor parallelism,
+  // so only another divisor changes the size read here.
+  const int64_t divisor = r.integer_or("make_vocab_size_divisible_by", 128);
+  if (divisor <= 0) r.fail("make_vocab_size_divisible_by", "must be positive");
+  const int64_t multiple = divisor * (divisor == 128 ? 1 : tp);
+  return (*vocab + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_t tp) {
+  nlohmann::json m;
+  m["name"] = name;
+  m["family"] = "transformer";
+  m["source"] = "read from Megatron-LM arguments (" + r.label() + ")";
+  const int64_t layers = required(r, "num_layers");
+  const int64_t hidden = required(r, "hidden_size");
+  const int64_t heads = required(r, "num_attention_heads");
+  const bool swiglu = r.flag("swiglu");
+  // arguments.py validate_args: 4h, or with SwiGLU int((4h·2/3)/64)·64 = ⌊8h/192⌋·64.
+  const int64_t ffn =
+      r.integer("ffn_hidden_size").value_or(swiglu ? 8 * hidden / 192 * 64 : 4 * hidden);
+  m["vocab_size"] = vocabulary(r, tp);
+  m["hidden_size"] = hidden;
+  m["num_layers"] = layers;
+  m["num_heads"] = heads;
+  read_attention(r, m, hidden, heads);
+  m["ffn_hidden_size"] = ffn;
+  m["mlp"] = swiglu ? "swiglu" : "gelu";
+  if (const auto activation = r.text("activation_func")) {
+    if (*activation != "silu" && *activation != "gelu") {
+      r.not_modelled("activation_func", "modelled as " + std::string(swiglu ? "SwiGLU" : "GeLU"));
+    }
+  }
+  const std::string norm = r.text("normalization").value_or("LayerNorm");
+  if (norm != "LayerNorm" && norm != "RMSNorm") {
+    r.fail("normalization", fmt::format("'{}' is not LayerNorm or RMSNorm", norm));
+  }
+  m["norm"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
+  m["tie_embeddings"] = !r.flag("untie_embeddings_and_output_weights");
+  m["bias"] = r.flag("add_bias_linear", true);  // --disable-bias-linear clears it
+  if (r.flag("add_qkv_bias") && !m["bias"].get<bool>()) m["qkv_bias"] = true;
+  const std::string position = r.text("position_embedding_type").value_or("learned_absolute");
+  if (position == "learned_absolute") {
+    m["position_embedding"] = "learned";
+    m["max_position_embeddings"] = required(r, "max_position_embeddings");
+  } else {
+    m["position_embedding"] = "rope";
+    if (position != "rope") {
+      r.not_modelled("position_embedding_type", "modelled as RoPE (no parameters, the same work)");
+    }
+    r.use("max_position_embeddings");
+  }
+  // Megatron's dropout defaults are 0.1 (TransformerConfig hidden_dropout, attention_dropout).
+  const double dropout = std::max(r.number("hidden_dropout").value_or(0.1),
+                                  r.number("attention_dropout").value_or(0.1));
+  if (dropout > 0) m["dropout"] = true;
+  if (r.text("attention_backend") == "unfused") m["flash_attention"] = false;
+  if (r.has("num_experts")) read_moe(r, m, layers, ffn);
+  return m;
+}
+
+}  // namespace shardplan

@@ -1,0 +1,162 @@
+#include "interop/stack_job.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "interop/internal/embedded.h"
+#include "interop/internal/emit.h"
+#include "interop/internal/megatron.h"
+#include "interop/internal/shell_words.h"
+#include "models/embedded_files.h"
+#include "models/error.h"
+#include "models/json_reader.h"
+#include "models/name_table.h"
+#include "models/suggest.h"
+#include "models/transformer_builder.h"
+#include "models/zoo.h"
+
+namespace shardplan {
+namespace {
+
+constexpr NameTable<StackFormat, 3> kFormats = {{
+    {StackFormat::megatron_args, "megatron-args"},
+    {StackFormat::megatron_bridge, "megatron-bridge"},
+    {StackFormat::torchtitan, "torchtitan"},
+}};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::string_view stack_format_name(StackFormat format) {
+  return name_of(kFormats, format);
+}
+std::optional<StackFormat> parse_stack_format(std::string_view text) {
+  return value_of(kFormats, text);
+}
+std::vector<std::string> stack_format_names() {
+  return names_of(kFormats);
+}
+
+const EmbeddedFile& interop_data_file(std::string_view stem) {
+  for (const EmbeddedFile& f : interop_data_files()) {
+    if (f.name == stem) return f;
+  }
+  throw std::logic_error(fmt::format("interop data file '{}' is not built in", stem));
+}
+
+StackJob read_megatron_args(const std::string& text_or_file) {
+  // Inline text starts with a flag or holds several words; anything else names a file.
+  const bool inline_text =
+      text_or_file.rfind("--", 0) == 0 || text_or_file.find_first_of(" \t\n") != std::string::npos;
+  const std::string label = inline_text ? "--from-megatron" : text_or_file;
+  const std::string text = inline_text ? text_or_file : read_text_file(text_or_file);
+  const MegatronArgs args = parse_megatron_words(shell_words(text, label), label);
+  return megatron_stack_job(args, StackFormat::megatron_args, label);
+}
+
+StackJob read_stack_config(StackFormat format, const std::string& input) {
+  switch (format) {
+    case StackFormat::megatron_args:
+      return read_megatron_args(input);
+    case StackFormat::megatron_bridge:
+      return read_megatron_bridge(input);
+    case StackFormat::torchtitan:
+      return read_torchtitan_toml(input);
+  }
+  throw std::logic_error("unknown stack format");
+}
+
+ModelSpec stack_job_model(const StackJob& job) {
+  if (!job.zoo_model.empty()) return load_model(job.zoo_model);
+  ModelSpec model = model_from_json(job.model, job.label);
+  if (model.arch == nullptr) return model;
+  for (const EmbeddedFile& f : model_zoo_files()) {
+    const std::string label = fmt::format("models/zoo/{}.json", f.name);
+    const nlohmann::json zoo = parse_json_text(f.text, label);
+    if (zoo.value("hidden_size", 0) != model.hidden_size ||
+        zoo.value("num_layers", 0) != model.num_layers) {
+      continue;
+    }
+    const std::string family = zoo.value("family", "");
+    if (family != "transformer" && family != "moe") continue;
+    const JsonReader reader(zoo, label);
+    if (parse_transformer_arch(reader, family == "moe") == *model.arch) {
+      return load_model(std::string(f.name));
+    }
+  }
+  return model;
+}
+
+int64_t grad_accum_from_global_batch(const StackJob& job, int64_t global_batch, int64_t micro_batch,
+                                     int64_t data_parallel) {
+  const int64_t per_step = micro_batch * data_parallel;
+  if (global_batch % per_step != 0) {
+    throw InputError(job.label, "global batch",
+                     fmt::format("{} sequences is not a multiple of micro-batch {} × {} "
+                                 "data-parallel ranks = {}",
+                                 global_batch, micro_batch, data_parallel, per_step));
+  }
+  return global_batch / per_step;
+}
+
+nlohmann::json stack_job_notes_json(const StackJob& job) {
+  return {{"format", stack_format_name(job.format)},
+          {"input", job.label},
+          {"ignored", job.ignored},
+          {"not_modelled", job.not_modelled},
+          {"unknown", job.unknown}};
+}
+
+std::string stack_job_notes_text(const StackJob& job) {
+  std::string out;
+  if (!job.unknown.empty()) {
+    out += fmt::format("shardplan: warning: {}: not {} arguments, left out: {}\n", job.label,
+                       stack_format_name(job.format), fmt::join(job.unknown, "; "));
+  }
+  for (const std::string& note : job.not_modelled) {
+    out += fmt::format("shardplan: note: {}: {}\n", job.label, note);
+  }
+  if (!job.ignored.empty()) {
+    out += fmt::format(
+        "shardplan: note: {}: {} argument(s) with no effect on memory or step "
+        "time ignored ({})\n",
+        job.label, job.ignored.size(), fmt::join(job.ignored, ", "));
+  }
+  return out;
+}
+
+std::string emit_stack_config(StackFormat format, const ModelSpec& model,
+                              const ClusterSpec& cluster, const FsdpConfig& config) {
+  if (model.arch == nullptr) {
+    throw InputError(fmt::format("--emit {}", stack_format_name(format)), "model",
+                     fmt::format("model '{}' is an explicit module tree; the training stacks "
+                                 "build transformers from their dimensions",
+                                 model.name));
+  }
+  const std::string header = fmt::format(
+      "# shardplan: {} on {} GPUs of {}, {}, dp_shard {} x dp_outer {} x cp {} x tp {}, "
+      "micro-batch {} x {} tokens\n",
+      model.name, cluster.num_gpus, cluster.name, sharding_strategy_name(config.sharding_strategy),
+      config.dp_shard, config.dp_outer, config.cp, config.tp, config.micro_batch, config.seq_len);
+  switch (format) {
+    case StackFormat::megatron_args:
+      return emit_megatron_args(model, cluster, config, header);
+    case StackFormat::megatron_bridge:
+      return emit_megatron_bridge(model, cluster, config, header);
+    case StackFormat::torchtitan:
+      return emit_torchtitan(model, cluster, config, header);
+  }
+  throw std::logic_error("unknown stack format");
+}
+
+}  // namespace shardplan
