@@ -7,7 +7,9 @@ Run from the repository root with a Python that has torch:
     SHARDPLAN=build/cli/shardplan /usr/bin/python3 -m unittest discover -s tests/capture -v
 
 SHARDPLAN is the shardplan binary (default build/cli/shardplan). Without torch or the
-binary the tests fail and say so, rather than pass without running.
+binary the tests fail and say so, rather than pass without running. The --plan test uses
+the Python module beside the binary (<build>/python) and is skipped where the build has
+none (the sanitizer build).
 """
 
 import importlib.util
@@ -25,6 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TOOL = os.path.join(ROOT, "traces", "capture", "shardplan-capture")  # the launcher
 SHARDPLAN = os.environ.get("SHARDPLAN", os.path.join(ROOT, "build", "cli", "shardplan"))
+# The Python module (python/) beside the binary: <build>/python for <build>/cli/shardplan.
+PYTHON_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(SHARDPLAN))),
+                                 "python")
 
 try:
     import torch.nn as nn
@@ -394,6 +399,47 @@ class CaptureTest(unittest.TestCase):
                 self.assertIn(f"shardplan_capture: error: {arg}", result.stderr)
                 self.assertFalse(os.path.exists(out))
                 self.assertEqual([f for f in os.listdir(self.dir) if f.endswith(".tmp")], [])
+
+    # ---------------------------------------------------------------------- 6. --plan
+
+    def test_plan_in_process(self):
+        built = os.listdir(PYTHON_MODULE_DIR) if os.path.isdir(PYTHON_MODULE_DIR) else []
+        if not any(f.startswith("shardplan.") and f.endswith(".so") for f in built):
+            self.skipTest(f"no shardplan Python module in {PYTHON_MODULE_DIR} (not built with "
+                          "SHARDPLAN_SANITIZE, SHARDPLAN_FUZZ or -DSHARDPLAN_PYTHON=OFF)")
+        out = self.path("planned.json")
+        env = dict(os.environ, PYTHONPATH=PYTHON_MODULE_DIR)
+        result = run([sys.executable, TOOL, "--file", self.path("llama_model.py"),
+                      "--input", "int64:2x24", "--no-timing", "-o", out, "--plan",
+                      "--cluster", "dgx-a100", "--gpus", "4", "--set", "recompute=full"],
+                     env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"wrote {out}", result.stderr)  # stdout is the plan alone
+        expected = shardplan("plan", "--model", out, "--cluster", "dgx-a100", "--gpus", "4",
+                             "--set", "recompute=full", "--json")
+        self.assertEqual(json.loads(result.stdout), json.loads(expected))
+        self.assertEqual(json.loads(result.stdout)["config"]["recompute"], "full")
+
+    def test_plan_without_the_module_says_how_to_get_it(self):
+        # A shardplan that cannot be imported, first on the path: even one installed
+        # elsewhere is not found.
+        blocker = os.path.join(self.dir, "no_module")
+        os.makedirs(blocker, exist_ok=True)
+        with open(os.path.join(blocker, "shardplan.py"), "w") as f:
+            f.write("raise ImportError('blocked by the test')\n")
+        out = self.path("never.json")
+        result = run([sys.executable, TOOL, "--file", self.path("llama_model.py"),
+                      "--input", "int64:2x24", "-o", out, "--plan"],
+                     env=dict(os.environ, PYTHONPATH=blocker))
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("shardplan_capture: error: --plan: cannot import the shardplan Python "
+                      "module", result.stderr)
+        self.assertIn("PYTHONPATH=build/python", result.stderr)
+        self.assertFalse(os.path.exists(out))  # checked before capturing
+        result = run([sys.executable, TOOL, "--file", self.path("llama_model.py"), "-o", out,
+                      "--gpus", "8"])
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("--gpus: only with --plan", result.stderr)
 
     def test_runs_as_module(self):
         env = dict(os.environ, PYTHONPATH=os.path.dirname(TOOL))  # the package's parent
