@@ -93,7 +93,15 @@ class BridgeReader {
  public:
   explicit BridgeReader(std::string label) : label_(std::move(label)) {}
 
-  void add(const std::string& path, const nlohmann::json& value) {
+  void add(std::string path, const nlohmann::json& value) {
+    // Bridge's docs name the sections by their variables: ddp_config.use_megatron_fsdp
+    // (docs/training/megatron-fsdp.md, seeds/003).
+    for (const char* section :
+         {"ddp", "dist", "model", "train", "optimizer", "dataset", "tokenizer", "checkpoint"}) {
+      const std::string alias = std::string(section) + "_config.";
+      if (path.rfind(alias, 0) == 0) path = std::string(section) + "." + path.substr(alias.size());
+    }
+    if (path.rfind("training_config.", 0) == 0) path = "train." + path.substr(16);
     if (path.empty() || path.find("_target_") != std::string::npos ||
         path.find("_call_") != std::string::npos) {
       return;

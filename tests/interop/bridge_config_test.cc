@@ -67,23 +67,27 @@ TEST(BridgeConfig, ReadsARecipeAsJson) {
 }
 
 TEST(BridgeConfig, ReadsOverrideLinesAndPresets) {
-  const StackJob job = read_megatron_bridge(
-      write_file("overrides.py",
-                 "cfg = llama3_8b_pretrain_config()\n"
-                 "cfg.mixed_precision = \"bf16_with_mxfp8_mixed\"\n"
-                 "cfg.model.num_layers = 2\ncfg.model.hidden_size = 1024\n"
-                 "cfg.model.num_attention_heads = 16  # sixteen\ncfg.model.seq_length = 512\n"
-                 "cfg.model.position_embedding_type = 'rope'\ncfg.train.micro_batch_size = 4\n"
-                 "cfg.tokenizer.vocab_size = 32000\ncfg.ddp.use_megatron_fsdp = True\n"
-                 "model.recompute_granularity=selective\n"  // Hydra's form
-                 "cfg.model.recompute_modules = ['core_attn']\n"
-                 "cfg.model.virtual_pipeline_model_parallel_size = None\n"));
+  const StackJob job = read_megatron_bridge(write_file(
+      "overrides.py",
+      "cfg = llama3_8b_pretrain_config()\n"
+      "cfg.mixed_precision = \"bf16_with_mxfp8_mixed\"\n"
+      "cfg.model.num_layers = 2\ncfg.model.hidden_size = 1024\n"
+      "cfg.model.num_attention_heads = 16  # sixteen\ncfg.model.seq_length = 512\n"
+      "cfg.model.position_embedding_type = 'rope'\ncfg.train.micro_batch_size = 4\n"
+      "cfg.tokenizer.vocab_size = 32000\n"
+      "dist_config.use_megatron_fsdp = True\nddp_config.use_megatron_fsdp = True\n"  // Bridge's
+                                                                                     // docs
+      "ddp_config.data_parallel_sharding_strategy = \"optim_grads\"\n"
+      "model.recompute_granularity=selective\n"  // Hydra's form
+      "cfg.model.recompute_modules = ['core_attn']\n"
+      "cfg.model.virtual_pipeline_model_parallel_size = None\n"));
   EXPECT_EQ(job.model["num_layers"], 2);
   EXPECT_EQ(job.config["fp8"], true);
   EXPECT_EQ(job.config["fp8_recipe"], "mxfp8");
   EXPECT_EQ(job.config["fp8_param_gather"], true);
   EXPECT_EQ(job.config["recompute"], "selective");
   EXPECT_EQ(job.config["micro_batch"], 4);
+  EXPECT_EQ(job.config["sharding_strategy"], "optim_grads");
   EXPECT_TRUE(job.unknown.empty());
 }
 

@@ -11,6 +11,7 @@ SHARDPLAN is the shardplan binary (default build/cli/shardplan). Without the mod
 binary the tests fail and say so, rather than pass without running.
 """
 
+import ctypes
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import tracemalloc
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,6 +67,20 @@ def without(document, *keys):
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_bytes():
+    """Bytes malloc has handed out and not had back (glibc 2.33+ mallinfo2)."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
 
 
 class SameAsCliTest(unittest.TestCase):
@@ -321,26 +337,40 @@ class ResourceTest(unittest.TestCase):
                 return
             raise AssertionError(f"{request} did not fail")
 
-        for _ in range(200):  # warm-up: caches, allocator arenas, interned strings
+        def plan_good():
             shardplan.plan(good)
-            fail(bad_library)
-            fail(bad_request)
-        start = rss_bytes()
-        for _ in range(1000):
-            shardplan.plan(good)
-        after_good = rss_bytes()
-        for i in range(1000):
+
+        def plan_bad(i):
             fail(bad_library if i % 2 else bad_request)
-        end = rss_bytes()
-        # Keeping even one copy of plan's JSON text (the smallest thing a call makes) per
-        # call would add 1000 x that; allow half of it, for allocator noise.
-        bound = 1000 * text_bytes // 2
-        print(f"\nRSS {start / 2**20:.2f} MiB; after 1000 plan calls {after_good / 2**20:.2f} "
-              f"MiB (+{(after_good - start) / 2**10:.0f} KiB); after 1000 failing calls "
-              f"{end / 2**20:.2f} MiB (+{(end - after_good) / 2**10:.0f} KiB); bound "
-              f"{bound / 2**10:.0f} KiB each")
-        self.assertLess(after_good - start, bound)
-        self.assertLess(end - after_good, bound)
+
+        for i in range(200):  # warm-up: caches, allocator arenas, interned strings
+            plan_good()
+            plan_bad(i)
+        # RSS, the whole process: keeping even one copy of plan's JSON text (the smallest
+        # thing a good call makes) per call would add 1000 x that; allow half of it, for
+        # allocator noise. RSS misses small leaks, which fill the free space earlier calls
+        # left, so also: C/C++ heap bytes in use (glibc mallinfo2) and Python's own
+        # allocations (tracemalloc), where a leaked exception, message or std::string per
+        # call (100 bytes and more) would add 100 KB; allow 32 KiB, for caches and free lists.
+        rss_bound, heap_bound = 1000 * text_bytes // 2, 32 * 1024
+        for name, call in [("plan", lambda i: plan_good()), ("failing", plan_bad)]:
+            with self.subTest(calls=name):
+                rss, heap = rss_bytes(), heap_bytes()
+                for i in range(1000):
+                    call(i)
+                rss_growth, heap_growth = rss_bytes() - rss, heap_bytes() - heap
+                tracemalloc.start()  # after: its own tables would count as the process's
+                python_start = tracemalloc.get_traced_memory()[0]
+                for i in range(1000):
+                    call(i)
+                python_growth = tracemalloc.get_traced_memory()[0] - python_start
+                tracemalloc.stop()
+                print(f"\n1000 {name} calls: RSS {rss / 2**20:.2f} MiB {rss_growth:+d} B "
+                      f"(bound {rss_bound} B); C/C++ heap in use {heap_growth:+d} B; 1000 more: "
+                      f"Python allocations {python_growth:+d} B (bound {heap_bound} B each)")
+                self.assertLess(rss_growth, rss_bound)
+                self.assertLess(heap_growth, heap_bound)
+                self.assertLess(python_growth, heap_bound)
 
     def test_threads_get_the_same_results(self):
         requests = [{"model": "tiny", "gpus": g, "set": {"micro_batch": m}}
