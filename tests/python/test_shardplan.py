@@ -163,6 +163,18 @@ class SameAsCliTest(unittest.TestCase):
         self.assertEqual(shardplan.collective({"op": "reduce_scatter", "sweep": True}),
                          cli_json("collective", "--op", "reduce_scatter", "--sweep"))
 
+    def test_request_keys_are_the_cli_flags(self):
+        # A flag added to a command must reach the module too (python/requests.cc).
+        for call in (shardplan.describe, shardplan.plan, shardplan.simulate, shardplan.sweep,
+                     shardplan.pack, shardplan.collective):
+            with self.subTest(command=call.__name__):
+                help_text = run_cli(call.__name__, "--help").stdout
+                flags = re.findall(r"^  (?:-\w,)?--([a-z0-9-]+)", help_text, re.MULTILINE)
+                self.assertIn("json", flags)
+                expected = {f.replace("-", "_") for f in flags} - {"help", "json"}
+                keys = re.search(r"'_'\):\n  (.*)\n", call.__doc__).group(1).split(", ")
+                self.assertEqual(set(keys), expected)
+
     def test_zoo_lists_and_version(self):
         self.assertEqual(shardplan.models(), cli_json("models"))
         self.assertEqual(shardplan.clusters(), cli_json("clusters"))

@@ -12,6 +12,8 @@ Usage::
     python3 traces/capture/shardplan-capture --file my_model.py --device meta \
         --input int64:1x4096:32000 -o big.json
     PYTHONPATH=traces/capture python3 -m shardplan_capture --file my_model.py -o m.json
+    PYTHONPATH=build/python python3 traces/capture/shardplan-capture --file my_model.py \
+        --input int64:2x128:32000 -o m.json --plan --cluster dgx-h100 --gpus 8 --set tp=2
 
 The model comes from ``--module PKG.MOD:ATTR`` (a class or factory, called with
 ``--args``/``--kwargs`` JSON) or ``--file PATH.py`` with ``--builder NAME`` (default
@@ -51,6 +53,11 @@ hooks, or parameter hooks alone when a model rejects full backward hooks), calls
 bytes and, on cpu/cuda, per-module times from a second step. ``--device meta`` builds
 and runs the model without allocating memory: shapes, order, FLOPs and saved sizes, no
 durations; if backward fails on meta, the backward order is the reverse forward order.
+
+``--plan`` (with ``--cluster``, ``--gpus``, ``--nodes``, ``--set KEY=VALUE``) then plans the
+written model in-process with shardplan's Python module (``import shardplan``: build/python
+after a build, or ``cmake --install``) and prints ``shardplan plan --json``'s summary on
+stdout.
 
 Errors print ``shardplan_capture: error: ARG: ...`` on stderr, exit with status 2 and
 leave no output file.

@@ -101,11 +101,13 @@ def capture(args):
                                          backward_source, warnings, timed)
     write_atomically(args.output, document)
     params = sum(p.numel() for p in model.parameters())
+    # With --plan, stdout is the plan's JSON alone.
     print(f"{PROG}: wrote {args.output}: {len(order)} modules, {params} parameters, "
           f"{document['num_layers']} units ({', '.join(units) or 'none'}), "
-          f"{tokens} tokens per step")
+          f"{tokens} tokens per step", file=sys.stderr if args.plan else sys.stdout)
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
+    return document
 
 
 def _source_text(args):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 from .errors import EXIT_ERROR, PROG, CaptureError
+from .plan import check_plan_flags, import_shardplan, plan_captured
 
 
 def parse_args(argv):
@@ -49,6 +51,17 @@ def parse_args(argv):
                    help="skip the timed second step on real devices")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="model JSON file to write")
+    plan = p.add_argument_group(
+        "planning", "plan the captured model in-process with the shardplan Python module "
+        "(PYTHONPATH=build/python after a build)")
+    plan.add_argument("--plan", action="store_true",
+                      help="then print the JSON summary `shardplan plan --json` gives for the "
+                           "written model (the 'wrote' line goes to stderr)")
+    plan.add_argument("--cluster", help="zoo cluster name or cluster JSON file")
+    plan.add_argument("--gpus", type=int, help="GPUs in the job")
+    plan.add_argument("--nodes", type=int, help="nodes in the job, instead of --gpus")
+    plan.add_argument("--set", action="append", metavar="KEY=VALUE",
+                      help="override a config field (repeatable)")
     return p.parse_args(argv)
 
 
@@ -63,9 +76,13 @@ def _import_torch():
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        check_plan_flags(args)
+        shardplan = import_shardplan() if args.plan else None
         _import_torch()
         from .capture import capture  # its modules import torch: only once it is known to load
-        capture(args)
+        document = capture(args)
+        if shardplan is not None:
+            print(json.dumps(plan_captured(shardplan, args, document), indent=2))
     except CaptureError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
