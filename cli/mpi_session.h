@@ -6,21 +6,35 @@
 
 namespace shardplan {
 
-// MPI for the length of one command.
+// MPI for the length of one command. It finalizes only what it initialised: in the Python
+// module MPI may belong to the caller (mpi4py), and after a command finalized it, MPI
+// cannot start again in that process (mpi_finalized()).
 struct MpiSession {
   MpiSession() {
     int ready = 0;
     MPI_Initialized(&ready);
-    if (!ready) MPI_Init(nullptr, nullptr);
+    if (!ready) {
+      MPI_Init(nullptr, nullptr);
+      owns_ = true;
+    }
   }
   ~MpiSession() {
     int done = 0;
     MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
+    if (owns_ && !done) MPI_Finalize();
   }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owns_ = false;
 };
+
+inline bool mpi_finalized() {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done != 0;
+}
 
 // Whether mpirun (Open MPI), srun or another PMI launcher started this process.
 inline bool launched_by_mpi() {

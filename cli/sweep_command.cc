@@ -282,10 +282,11 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
       // The front is exact wherever it is shown; the text table alone needs the ranking.
       .pareto = p.pareto || p.json || !p.csv.empty() || !p.report.empty()};
   // Under mpirun every rank enumerates and bounds the same configurations and simulates
-  // its share of each batch; rank 0 reports.
+  // its share of each batch; rank 0 reports. (A second sweep in one process, from Python,
+  // finds MPI finalized and runs alone.)
   std::optional<MpiSession> mpi;
   int rank = 0, ranks = 1;
-  if (launched_by_mpi()) {
+  if (launched_by_mpi() && !mpi_finalized()) {
     mpi.emplace();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);

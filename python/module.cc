@@ -112,6 +112,8 @@ py::object call(const std::string& name, const py::handle& request, const Comman
       py::gil_scoped_release release;
       output = run(json_request);
     }
+    // Under mpirun a sweep's ranks but 0 share the work and report nothing.
+    if (output.empty()) return py::none();
     return py::module_::import("json").attr("loads")(output);
   } catch (const InputError& error) {
     raise_input_error(error);

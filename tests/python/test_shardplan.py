@@ -438,5 +438,34 @@ class StackConfigTest(unittest.TestCase):
         self.assertEqual(result["config"]["tp"], 2)
 
 
+class UnderMpirun(unittest.TestCase):
+    """A launcher started by mpirun: a sweep spreads over the ranks (rank 0 gets the
+    result, the others None) and a second sweep in the same process runs alone, since MPI
+    cannot start again once finalized."""
+
+    SCRIPT = (
+        "import json, shardplan\n"
+        "request = {'model': 'tiny', 'gpus': 8, 'tp': [1], 'prefetch': [1], "
+        "'recompute': ['none'], 'micro_batch': [1, 2], 'jobs': 1}\n"
+        "for call in range(2):\n"
+        "    r = shardplan.sweep(request)\n"
+        "    print(json.dumps([call, None if r is None else r['ranking'][0]['config']]))\n")
+
+    def test_two_sweeps_in_one_mpi_process(self):
+        import sys
+        result = subprocess.run(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+             "-c", self.SCRIPT], capture_output=True, text=True, timeout=300, env=os.environ)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = sorted((json.loads(line) for line in result.stdout.splitlines()),
+                       key=lambda line: (line[0], line[1] is not None))
+        alone = cli_json("sweep", "--model", "tiny", "--gpus", "8", "--tp", "1", "--prefetch", "1",
+                         "--recompute", "none", "--micro-batch", "1,2", "-j", "1")
+        best = alone["ranking"][0]["config"]
+        # first call: one result (rank 0) and one None; second call: both ranks alone.
+        self.assertEqual([line for line in lines if line[0] == 0], [[0, None], [0, best]])
+        self.assertEqual([line for line in lines if line[0] == 1], [[1, best], [1, best]])
+
+
 if __name__ == "__main__":
     unittest.main()
