@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/error.h"
@@ -9,8 +10,18 @@
 namespace shardplan {
 namespace {
 
+// A value in a message: strings as typed, short lists of plain values as JSON, anything
+// nested by its size (a list nested a million deep would recurse as deep to dump).
 std::string shown(const nlohmann::json& value) {
-  return value.is_string() ? value.get<std::string>() : value.dump();
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object()) return fmt::format("an object of {} fields", value.size());
+  if (value.is_array()) {
+    const bool plain =
+        value.size() <= 16 &&
+        std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_primitive(); });
+    if (!plain) return fmt::format("a list of {} items", value.size());
+  }
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -23,6 +34,11 @@ const MegatronValue* ArgReader::find(const std::string& dest) const {
 
 bool ArgReader::has(const std::string& dest) const {
   return find(dest) != nullptr;
+}
+
+bool ArgReader::is_list(const std::string& dest) const {
+  const MegatronValue* v = find(dest);
+  return v != nullptr && v->value.is_array();
 }
 
 std::string ArgReader::name(const std::string& dest) const {

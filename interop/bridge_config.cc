@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "interop/internal/megatron.h"
+#include "interop/internal/text_file.h"
 #include "interop/stack_job.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -31,12 +32,14 @@ constexpr Renamed kRenamed[] = {
     {"model.seq_length", "seq_length"},
     {"dataset.seq_length", "seq_length"},
     {"dataset.sequence_length", "seq_length"},
-    {"tokenizer.vocab_size", "vocab_size"},
+    // The model's vocabulary wins where both are given (Bridge's setup).
+    {"tokenizer.vocab_size", "tokenizer_vocab_size"},
     {"tokenizer.tokenizer_type", "tokenizer_type"},
     {"train.micro_batch_size", "micro_batch_size"},
     {"train.global_batch_size", "global_batch_size"},
     {"optimizer.optimizer", "optimizer"},
-    {"optimizer.use_distributed_optimizer", "use_distributed_optimizer"},
+    {"comm_overlap.overlap_grad_reduce", "overlap_grad_reduce"},
+    {"comm_overlap.overlap_param_gather", "overlap_param_gather"},
     {"ddp.nccl_ub", "nccl_ub"},
     {"comm_overlap.tp_comm_overlap", "tp_comm_overlap"},
     {"dist.use_megatron_fsdp", "use_megatron_fsdp"},
@@ -184,10 +187,14 @@ class BridgeReader {
   MegatronArgs args_;
 };
 
-void flatten(const nlohmann::json& value, const std::string& path, BridgeReader& reader) {
+// Sections are a few levels deep; deeper input is refused rather than recursed into.
+void flatten(const nlohmann::json& value, const std::string& path, BridgeReader& reader,
+             const std::string& label, int depth = 0) {
+  constexpr int kMaxDepth = 8;
   if (value.is_object() && !value.contains("_call_")) {
+    if (depth >= kMaxDepth) throw InputError(label, path, "nested deeper than a ConfigContainer");
     for (const auto& [key, item] : value.items()) {
-      flatten(item, path.empty() ? key : path + "." + key, reader);
+      flatten(item, path.empty() ? key : path + "." + key, reader, label, depth + 1);
     }
     return;
   }
@@ -210,6 +217,11 @@ nlohmann::json literal(const std::string& text, const std::string& label, int li
   if (text.size() >= 2 && (text.front() == '\'' || text.front() == '"') &&
       text.back() == text.front()) {
     return text.substr(1, text.size() - 2);
+  }
+  // A Python list expression, as moe_layer_freq's [0]*3+[1]*58: kept as text.
+  if (text.find_first_of("*+") != std::string::npos &&
+      text.find_first_not_of("0123456789[]()*+, ") == std::string::npos) {
+    return text;
   }
   if (!text.empty() && (text.front() == '[' || text.front() == '-' ||
                         std::isdigit(static_cast<unsigned char>(text.front())) != 0)) {
@@ -251,6 +263,11 @@ void read_override_lines(const std::string& text, const std::string& label, Brid
     }
     std::string path = trim(line.substr(0, eq));
     const std::string value = trim(line.substr(eq + 1));
+    if (!path.empty() &&
+        std::string_view("+-*/|&<>!").find(path.back()) != std::string_view::npos) {
+      throw InputError(label, fmt::format("line {}", number),
+                       fmt::format("only assignments are read, not '{}='", path.back()));
+    }
     if (path.rfind("os.environ[", 0) == 0) {  // the allocator, set before CUDA starts
       if (path.find("ALLOC_CONF") != std::string::npos &&
           value.find("expandable_segments:True") != std::string::npos) {
@@ -268,15 +285,11 @@ void read_override_lines(const std::string& text, const std::string& label, Brid
 }  // namespace
 
 StackJob read_megatron_bridge(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(file, "", "cannot open file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string text = read_text_file(file);
   BridgeReader reader(file);
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') {
-    flatten(parse_json_text(text, file), "", reader);
+    flatten(parse_json_text(text, file), "", reader, file);
   } else {
     read_override_lines(text, file, reader);
   }

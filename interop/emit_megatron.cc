@@ -76,7 +76,8 @@ void model_settings(const TransformerArch& a, const FsdpConfig& c, Settings& s) 
     s.set("hidden_dropout", 0.0);
   }
   if (!a.flash_attention) s.set("attention_backend", "unfused");
-  s.set("tokenizer_type", "NullTokenizer", "the vocabulary's size is what the plan needs");
+  s.set("tokenizer_type", "NullTokenizer",
+        "the plan needs only the vocabulary's size; your --tokenizer-type after these wins");
   const int64_t padded = (a.vocab_size + 127) / 128 * 128;
   s.set(
       "vocab_size", a.vocab_size,
@@ -132,7 +133,7 @@ void mesh_settings(const ModelSpec& model, const FsdpConfig& c, Settings& s) {
   }
 }
 
-void fsdp_settings(const FsdpConfig& c, int64_t gpus, Settings& s) {
+void fsdp_settings(const FsdpConfig& c, Settings& s) {
   s.set("use_megatron_fsdp", true);
   s.set("data_parallel_sharding_strategy",
         std::string(sharding_strategy_name(c.sharding_strategy)));
@@ -142,17 +143,20 @@ void fsdp_settings(const FsdpConfig& c, int64_t gpus, Settings& s) {
     s.set("num_distributed_optimizer_instances", c.dp_outer);
     s.set("outer_dp_sharding_strategy", std::string(outer_strategy_name(c.outer_strategy)));
   }
-  if (c.async_reduce) s.set("overlap_grad_reduce", true);
-  if (c.forward_prefetch > 0 || c.backward_prefetch > 0) {
-    s.set("overlap_param_gather", true);
-    if (!c.async_reduce)
-      s.comment("Megatron needs --overlap-grad-reduce with --overlap-param-gather");
-    if (c.forward_prefetch != 1 || c.backward_prefetch != 1) {
-      s.comment(
-          fmt::format("prefetch {}/{}: Megatron-FSDP has no flag for the depth (it "
-                      "prefetches by --suggested-communication-unit-size)",
-                      c.forward_prefetch, c.backward_prefetch));
-    }
+  // Megatron asserts --overlap-param-gather needs --overlap-grad-reduce (validate_args).
+  const bool prefetch = c.forward_prefetch > 0 || c.backward_prefetch > 0;
+  s.set("overlap_grad_reduce", c.async_reduce);
+  s.set("overlap_param_gather", prefetch && c.async_reduce);
+  if (prefetch && !c.async_reduce) {
+    s.comment(
+        "prefetch without async_reduce: Megatron overlaps gathers only with "
+        "--overlap-grad-reduce; both off here");
+  }
+  if (prefetch && (c.forward_prefetch != 1 || c.backward_prefetch != 1)) {
+    s.comment(
+        fmt::format("prefetch {}/{}: Megatron-FSDP has no flag for the depth (it "
+                    "prefetches by --suggested-communication-unit-size)",
+                    c.forward_prefetch, c.backward_prefetch));
   }
   if (c.double_buffer) s.set("fsdp_double_buffer", true);
   if (c.fine_grained_param_gather) s.set("megatron_fsdp_enable_fine_grained_param_gather", true);
@@ -165,7 +169,6 @@ void fsdp_settings(const FsdpConfig& c, int64_t gpus, Settings& s) {
     s.comment(fmt::format("unit_modules {}: Megatron-FSDP wraps each decoder layer",
                           fmt::join(c.unit_modules, ", ")));
   }
-  (void)gpus;
 }
 
 }  // namespace
@@ -249,11 +252,11 @@ void unexpressed(const FsdpConfig& c, Settings& s) {
         "no_sync: PyTorch FSDP's gradient accumulation; Megatron-FSDP reduces each micro-batch");
 }
 
-Settings megatron_settings(const ModelSpec& model, const FsdpConfig& c, int64_t gpus) {
+Settings megatron_settings(const ModelSpec& model, const FsdpConfig& c) {
   Settings s;
   model_settings(*model.arch, c, s);
   mesh_settings(model, c, s);
-  fsdp_settings(c, gpus, s);
+  fsdp_settings(c, s);
   precision_settings(c, s);
   step_settings(c, s);
   unexpressed(c, s);
@@ -294,8 +297,10 @@ std::vector<std::string> bridge_paths(const std::string& dest) {
   if (std::find(ddp.begin(), ddp.end(), dest) != ddp.end()) return {"ddp." + dest};
   if (dest == "micro_batch_size" || dest == "global_batch_size") return {"train." + dest};
   if (dest == "seq_length") return {"model.seq_length", "dataset.seq_length"};
-  if (dest == "vocab_size") return {"tokenizer.vocab_size"};
-  if (dest == "tokenizer_type") return {"tokenizer.tokenizer_type"};
+  // The model's vocabulary, used as given (should_pad_vocab is False); the recipe's
+  // tokenizer stays.
+  if (dest == "vocab_size") return {"model.vocab_size"};
+  if (dest == "tokenizer_type") return {};
   if (dest == "optimizer") return {"optimizer.optimizer"};
   if (dest == "ckpt_format") return {"checkpoint.ckpt_format"};
   if (dest == "num_experts") return {"model.num_moe_experts"};
@@ -330,7 +335,7 @@ std::string precision_preset(const FsdpConfig& c) {
 
 std::string emit_megatron_args(const ModelSpec& model, const ClusterSpec& cluster,
                                const FsdpConfig& c, const std::string& header) {
-  const Settings settings = megatron_settings(model, c, cluster.num_gpus);
+  const Settings settings = megatron_settings(model, c);
   std::string out = header;
   if (c.allocator == Allocator::expandable)
     out += "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n";
@@ -351,7 +356,9 @@ std::string emit_megatron_args(const ModelSpec& model, const ClusterSpec& cluste
     const auto& flags = megatron_flags();
     const auto it = flags.find(flag);
     if (it != flags.end() && it->second.arity == "none") {
-      line = flag;  // a store_true / store_false flag states its value by being there
+      // A store_true / store_false flag states its value by being there.
+      if (s.value != nlohmann::json(it->second.action != "store_false")) continue;
+      line = flag;
     } else {
       line = flag + " " + shell_value(s.value);
     }
@@ -363,7 +370,7 @@ std::string emit_megatron_args(const ModelSpec& model, const ClusterSpec& cluste
 
 std::string emit_megatron_bridge(const ModelSpec& model, const ClusterSpec& cluster,
                                  const FsdpConfig& c, const std::string& header) {
-  const Settings settings = megatron_settings(model, c, cluster.num_gpus);
+  const Settings settings = megatron_settings(model, c);
   std::string out = header;
   const auto [per_node, nodes] = launch_shape(cluster);
   out += fmt::format(
@@ -389,11 +396,14 @@ std::string emit_megatron_bridge(const ModelSpec& model, const ClusterSpec& clus
     if (is_precision && !preset.empty()) continue;
     nlohmann::json value = s.value;
     if (s.dest == "untie_embeddings_and_output_weights") value = !value.get<bool>();
+    // MCore takes moe_layer_freq as an int or a list: the pattern as a Python expression.
+    const std::string text =
+        s.dest == "moe_layer_freq" ? value.get<std::string>() : python_value(value);
+    const std::string comment = s.dest == "vocab_size" ? "" : s.comment;
     for (const std::string& path : is_precision
                                        ? std::vector<std::string>{"mixed_precision." + s.dest}
                                        : bridge_paths(s.dest)) {
-      out += fmt::format("cfg.{} = {}{}\n", path, python_value(value),
-                         s.comment.empty() ? "" : "  # " + s.comment);
+      out += fmt::format("cfg.{} = {}{}\n", path, text, comment.empty() ? "" : "  # " + comment);
     }
   }
   if (preset.empty() && c.param_dtype != DType::fp32) {

@@ -17,7 +17,12 @@ std::string quoted(std::string_view text) {
 
 void parallelism(const ModelSpec& model, const FsdpConfig& c, std::string& out) {
   out += "\n[parallelism]\n";
-  if (c.sharding_strategy == ShardingStrategy::no_shard) {
+  if (c.sharding_strategy == ShardingStrategy::no_shard && c.cp > 1) {
+    out +=
+        "# no_shard with cp > 1: torchtitan shards over the cp ranks whenever cp > 1 "
+        "(this runs ZeRO-3)\n";
+  }
+  if (c.sharding_strategy == ShardingStrategy::no_shard && c.cp == 1) {
     out += fmt::format("data_parallel_replicate_degree = {}\ndata_parallel_shard_degree = 1\n",
                        c.dp_shard * c.dp_outer);
   } else {
@@ -62,9 +67,7 @@ void parallelism(const ModelSpec& model, const FsdpConfig& c, std::string& out) 
 void training(const FsdpConfig& c, std::string& out) {
   out += "\n[training]\n";
   out += fmt::format("local_batch_size = {}\n", c.micro_batch);
-  const int64_t batch_ranks = c.sharding_strategy == ShardingStrategy::no_shard
-                                  ? c.dp_shard * c.dp_outer
-                                  : c.dp_shard * c.dp_outer;
+  const int64_t batch_ranks = c.dp_shard * c.dp_outer;
   out += fmt::format("global_batch_size = {}  # {} micro-batch(es) per step\n",
                      c.micro_batch * c.grad_accum * batch_ranks, c.grad_accum);
   out += fmt::format("seq_len = {}\n", c.seq_len);

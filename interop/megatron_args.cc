@@ -31,41 +31,57 @@ bool is_shell_syntax(const std::string& word) {
   });
 }
 
-int64_t launcher_count(const std::string& flag, const std::string& value,
-                       const std::string& label) {
-  try {
-    std::size_t used = 0;
-    const long long n = std::stoll(value, &used);
-    if (used == value.size() && n > 0) return n;
-  } catch (const std::exception&) {
-  }
-  throw InputError(label, flag,
-                   fmt::format("expected a positive whole number, got '{}'{}", value,
-                               value.rfind('$', 0) == 0 ? " (an unexpanded shell variable)" : ""));
+// torchrun's (torch.distributed.run's) own flags, with '_' read as '-': whether each
+// takes a value. Megatron has none of these names.
+const std::map<std::string, bool>& launcher_flags() {
+  static const std::map<std::string, bool> flags = {{"--nproc-per-node", true},
+                                                    {"--nnodes", true},
+                                                    {"--node-rank", true},
+                                                    {"--master-addr", true},
+                                                    {"--master-port", true},
+                                                    {"--rdzv-backend", true},
+                                                    {"--rdzv-endpoint", true},
+                                                    {"--rdzv-id", true},
+                                                    {"--rdzv-conf", true},
+                                                    {"--max-restarts", true},
+                                                    {"--monitor-interval", true},
+                                                    {"--start-method", true},
+                                                    {"--role", true},
+                                                    {"--log-dir", true},
+                                                    {"--redirects", true},
+                                                    {"--tee", true},
+                                                    {"--local-ranks-filter", true},
+                                                    {"--local-addr", true},
+                                                    {"--standalone", false},
+                                                    {"--no-python", false},
+                                                    {"--run-path", false},
+                                                    {"--module", false}};
+  return flags;
 }
 
-// torchrun / torch.distributed.run / launch flags before the script: the GPU count.
-void read_launcher(const std::vector<std::string>& words, std::size_t end, MegatronArgs& args,
-                   const std::string& label) {
-  int64_t per_node = 0;
-  int64_t nodes = 1;
-  for (std::size_t i = 0; i < end; ++i) {
-    std::string word = words[i];
-    std::string value;
-    const std::size_t eq = word.find('=');
-    if (is_flag(word) && eq != std::string::npos) {
-      value = word.substr(eq + 1);
-      word = word.substr(0, eq);
-    } else if (is_flag(word) && i + 1 < end && !is_flag(words[i + 1])) {
-      value = words[i + 1];
-    }
-    std::replace(word.begin(), word.end(), '_', '-');
-    if (word == "--nproc-per-node") per_node = launcher_count(word, value, label);
-    if (word == "--nnodes") nodes = launcher_count(word, value, label);
+std::optional<int64_t> launcher_count(const std::string& value) {
+  if (value.empty() || value.size() > 6 ||
+      value.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
   }
-  if (per_node > 0) args.gpus = per_node * nodes;
-  if (end > 0) {
-    args.ignored.push_back(fmt::format("launcher: {} word(s) before {}", end, words[end]));
+  const int64_t n = std::stoll(value);
+  return n > 0 ? std::optional<int64_t>(n) : std::nullopt;
+}
+
+// The launcher's GPU count: --nproc-per-node × --nnodes, when both are plain numbers.
+void launcher_gpus(const std::map<std::string, std::string>& launcher, MegatronArgs& args) {
+  const auto per_node = launcher.find("--nproc-per-node");
+  if (per_node == launcher.end()) return;
+  const auto nodes = launcher.find("--nnodes");
+  const std::optional<int64_t> n = launcher_count(per_node->second);
+  const std::optional<int64_t> m =
+      nodes == launcher.end() ? std::optional<int64_t>(1) : launcher_count(nodes->second);
+  if (n && m) {
+    args.gpus = *n * *m;
+  } else {
+    args.not_modelled.push_back(fmt::format(
+        "torchrun --nproc-per-node {}{}: not a GPU count shardplan can read (give --gpus)",
+        per_node->second, nodes == launcher.end() ? "" : " --nnodes " + nodes->second));
   }
 }
 
@@ -98,31 +114,27 @@ std::string megatron_flag_for(const std::string& dest) {
   return plain;
 }
 
-MegatronArgs parse_megatron_words(const std::vector<std::string>& all_words,
-                                  const std::string& label) {
+MegatronArgs parse_megatron_words(const std::vector<std::string>& words, const std::string& label) {
   MegatronArgs args;
-  std::vector<std::string> words;
-  for (const std::string& word : all_words) {
+  const auto& flags = megatron_flags();
+  std::vector<std::string> names;
+  std::map<std::string, std::string> launcher;
+  std::vector<std::string> shell_words;  // commands, scripts, expansions: not arguments
+  std::size_t i = 0;
+  auto takes_value = [&](std::size_t at) {
+    return at < words.size() && !is_flag(words[at]) && !is_script(words[at]) &&
+           !is_shell_syntax(words[at]);
+  };
+  while (i < words.size()) {
+    std::string word = words[i++];
     if ((word.rfind("PYTORCH_CUDA_ALLOC_CONF=", 0) == 0 ||
          word.rfind("PYTORCH_ALLOC_CONF=", 0) == 0) &&
         word.find("expandable_segments:True") != std::string::npos) {
       args.expandable_segments = true;
     }
-    if (!is_shell_syntax(word)) words.push_back(word);
-  }
-  const auto script = std::find_if(words.begin(), words.end(), is_script);
-  std::size_t i = 0;
-  if (script != words.end()) {
-    i = static_cast<std::size_t>(script - words.begin());
-    read_launcher(words, i, args, label);
-    ++i;
-  }
-  const auto& flags = megatron_flags();
-  std::vector<std::string> names;
-  while (i < words.size()) {
-    std::string word = words[i++];
+    if (is_shell_syntax(word)) continue;
     if (!is_flag(word)) {
-      args.unknown.push_back(fmt::format("'{}' (a word without a flag)", word));
+      shell_words.push_back(word);
       continue;
     }
     std::optional<std::string> inline_value;
@@ -130,12 +142,21 @@ MegatronArgs parse_megatron_words(const std::vector<std::string>& all_words,
       inline_value = word.substr(eq + 1);
       word = word.substr(0, eq);
     }
+    const auto it = flags.find(word);
+    std::string launcher_name = word;
+    std::replace(launcher_name.begin() + 2, launcher_name.end(), '_', '-');
+    if (const auto l = launcher_flags().find(launcher_name);
+        it == flags.end() && l != launcher_flags().end()) {
+      std::string value = inline_value.value_or("");
+      if (!inline_value && l->second && takes_value(i)) value = words[i++];
+      launcher[launcher_name] = value;
+      continue;
+    }
     std::vector<std::string> values;
     if (inline_value) values.push_back(*inline_value);
-    const auto it = flags.find(word);
     const std::string arity = it == flags.end() ? "many" : it->second.arity;
     if (!inline_value && arity != "none") {
-      while (i < words.size() && !is_flag(words[i]) && !is_script(words[i])) {
+      while (takes_value(i)) {
         values.push_back(words[i++]);
         if (arity == "one" || arity == "optional") break;
       }
@@ -166,6 +187,21 @@ MegatronArgs parse_megatron_words(const std::vector<std::string>& all_words,
     }
     // argparse keeps the last occurrence, as here.
     args.values[flag.dest] = MegatronValue{value, word};
+  }
+  launcher_gpus(launcher, args);
+  if (!launcher.empty()) {
+    std::vector<std::string> shown;
+    for (const auto& [name, value] : launcher)
+      shown.push_back(name + (value.empty() ? "" : " " + value));
+    args.ignored.push_back(fmt::format("launcher: {}", fmt::join(shown, ", ")));
+  }
+  if (!shell_words.empty()) {
+    constexpr std::size_t kShown = 6;
+    const std::size_t n = std::min(kShown, shell_words.size());
+    args.ignored.push_back(fmt::format(
+        "{} word(s) that are not arguments ({}{})", shell_words.size(),
+        fmt::join(shell_words.begin(), shell_words.begin() + static_cast<std::ptrdiff_t>(n), " "),
+        shell_words.size() > n ? " ..." : ""));
   }
   return args;
 }

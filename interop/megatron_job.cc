@@ -24,7 +24,8 @@ bool ignored_dest(const std::string& dest) {
                                                     "adam_",
                                                     "weight_decay",
                                                     "clip_grad",
-                                                    "log",
+                                                    "log_",
+                                                    "logging_",
                                                     "save",
                                                     "load",
                                                     "eval_",
@@ -42,7 +43,6 @@ bool ignored_dest(const std::string& dest) {
                                                     "train_samples",
                                                     "exit_",
                                                     "distributed_timeout",
-                                                    "ckpt_",
                                                     "mock_data",
                                                     "num_workers",
                                                     "tiktoken_",
@@ -94,20 +94,21 @@ bool ignored_dest(const std::string& dest) {
                      [&](const std::string& p) { return dest.rfind(p, 0) == 0; });
 }
 
-void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp) {
+void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp, bool moe) {
   if (r.integer_or("pipeline_model_parallel_size", 1) > 1) {
     r.fail("pipeline_model_parallel_size",
            "pipeline parallelism is not modelled by shardplan (set it to 1 to plan the FSDP "
            "part, or plan one stage's layers as its own model)");
   }
   c["tp"] = tp;
-  c["cp"] = r.integer_or("context_parallel_size", 1);
+  const int64_t cp = r.integer_or("context_parallel_size", 1);
+  c["cp"] = cp;
   // Megatron turns sequence parallelism off at tp 1 (validate_args); its default is off.
   const bool sp = r.flag("sequence_parallel");
   if (tp > 1) c["sequence_parallel"] = sp;
   c["tp_comm_overlap"] = r.flag("tp_comm_overlap") && tp > 1 && sp;
   const std::vector<std::string> cp_comm = r.texts("cp_comm_type");
-  if (!cp_comm.empty()) {
+  if (!cp_comm.empty() && cp > 1) {
     const std::string& kind = cp_comm.front();
     if (std::any_of(cp_comm.begin(), cp_comm.end(), [&](const auto& k) { return k != kind; })) {
       r.not_modelled("cp_comm_type",
@@ -121,6 +122,15 @@ void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp) {
       c["cp_comm"] = "p2p";
       r.not_modelled("cp_comm_type", "hierarchical a2a+p2p is modelled as p2p");
     }
+  }
+  if (!moe) {
+    // Megatron ignores the expert settings without experts; so does the plan.
+    for (const char* dest :
+         {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
+          "moe_flex_dispatcher_backend", "moe_expert_capacity_factor"}) {
+      r.use(dest);
+    }
+    return;
   }
   c["ep"] = r.integer_or("expert_model_parallel_size", 1);
   if (const auto etp = r.integer("expert_tensor_parallel_size")) c["etp"] = *etp;
@@ -143,11 +153,12 @@ void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp) {
   }
 }
 
-void read_fsdp(ArgReader& r, nlohmann::json& c) {
+void read_fsdp(ArgReader& r, nlohmann::json& c, bool bridge) {
   if (r.flag("use_megatron_fsdp")) {
-    // The command line's default (arguments.py); the DDP dataclass's is no_shard.
-    c["sharding_strategy"] =
-        r.text("data_parallel_sharding_strategy").value_or("optim_grads_params");
+    // The command line's default is optim_grads_params (arguments.py); a Bridge config
+    // keeps DistributedDataParallelConfig's, no_shard.
+    c["sharding_strategy"] = r.text("data_parallel_sharding_strategy")
+                                 .value_or(bridge ? "no_shard" : "optim_grads_params");
     r.use("use_distributed_optimizer");  // forced on by Megatron-FSDP v1
   } else {
     if (r.flag("use_torch_fsdp2")) {
@@ -170,9 +181,10 @@ void read_fsdp(ArgReader& r, nlohmann::json& c) {
   const bool double_buffer = r.flag("fsdp_double_buffer");
   const bool nccl_ub = r.flag("nccl_ub");
   c["double_buffer"] = double_buffer || nccl_ub;
-  // Without overlap, Megatron-FSDP reduces after the backward and gathers on demand.
-  c["async_reduce"] = r.flag("overlap_grad_reduce");
-  if (!r.flag("overlap_param_gather")) {
+  // Without overlap, Megatron-FSDP reduces after the backward and gathers on demand. Bridge's
+  // CommOverlapConfig turns both on with data parallelism (comm_overlap.py), as its recipes do.
+  c["async_reduce"] = r.flag("overlap_grad_reduce", bridge);
+  if (!r.flag("overlap_param_gather", bridge)) {
     c["forward_prefetch"] = 0;
     c["backward_prefetch"] = 0;
   }
@@ -221,6 +233,11 @@ void read_precision(ArgReader& r, nlohmann::json& c, bool fsdp) {
     // DDP: bf16 training accumulates and reduces gradients in fp32 unless
     // --grad-reduce-in-bf16 (validate_args).
     const std::string grads = param == "bf16" && !r.flag("grad_reduce_in_bf16") ? "fp32" : param;
+    if (r.has("main_grads_dtype")) {
+      r.not_modelled("main_grads_dtype",
+                     "DDP's gradient dtype is modelled from --bf16 and "
+                     "--grad-reduce-in-bf16 only");
+    }
     c["main_param_dtype"] = "fp32";
     c["main_grad_dtype"] = grads;
     c["grad_reduce_dtype"] = grads;
@@ -247,7 +264,9 @@ void read_precision(ArgReader& r, nlohmann::json& c, bool fsdp) {
 }
 
 void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
-  const std::optional<std::string> granularity = r.text("recompute_granularity");
+  std::optional<std::string> granularity = r.text("recompute_granularity");
+  // --recompute-activations: the old spelling of selective (validate_args).
+  if (!granularity && r.flag("recompute_activations")) granularity = "selective";
   if (!granularity) return;
   if (*granularity == "selective") {
     c["recompute"] = "selective";
@@ -299,13 +318,15 @@ StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
   job.gpus = args.gpus;
   job.ignored = args.ignored;
   job.unknown = args.unknown;
+  job.not_modelled = args.not_modelled;
+  const bool bridge = format == StackFormat::megatron_bridge;
   const int64_t tp = r.integer_or("tensor_model_parallel_size", 1);
-  job.model = megatron_model_json(r, model_name(label), tp);
+  job.model = megatron_model_json(r, model_name(label), tp, bridge);
   nlohmann::json& c = job.config;
   c["stack"] = "megatron-te";
   const bool fsdp = r.has("use_megatron_fsdp") && r.flag("use_megatron_fsdp");
-  read_mesh(r, c, tp);
-  read_fsdp(r, c);
+  read_mesh(r, c, tp, job.model["family"] == "moe");
+  read_fsdp(r, c, bridge);
   read_precision(r, c, fsdp);
   read_recompute(r, c, job.model["num_layers"].get<int64_t>());
   const std::optional<int64_t> micro = r.integer("micro_batch_size");
@@ -317,7 +338,7 @@ StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
   if (!seq) r.fail("seq_length", "is required (or --encoder-seq-length)");
   c["seq_len"] = *seq;
   if (args.expandable_segments) c["allocator"] = "expandable";
-  job.not_modelled = r.notes();
+  job.not_modelled.insert(job.not_modelled.end(), r.notes().begin(), r.notes().end());
   for (const auto& [dest, value] : args.values) {
     if (r.used().count(dest) > 0 || value.value.is_null()) continue;
     // A Bridge field left false (a dump lists them all) changes nothing; a command line's

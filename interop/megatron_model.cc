@@ -23,6 +23,15 @@ int64_t required(ArgReader& r, const std::string& dest) {
   return *v;
 }
 
+// An optional size: positive when given.
+std::optional<int64_t> positive(ArgReader& r, const std::string& dest) {
+  const std::optional<int64_t> v = r.integer(dest);
+  if (v && (*v <= 0 || *v > (int64_t{1} << 24))) {
+    r.fail(dest, fmt::format("must be in [1, 2^24], got {}", *v));
+  }
+  return v;
+}
+
 // --moe-layer-freq: N (every Nth layer, from the first) or a Python list expression of
 // 0/1 per layer such as "([0]*3+[1]*5)" (the characters Megatron's _eval_pattern allows).
 class PatternParser {
@@ -61,11 +70,16 @@ class PatternParser {
     return std::stoll(text_.substr(start, pos_ - start));
   }
   std::vector<int64_t> sum() {
+    // Megatron evaluates the text as Python; deeper nesting than any real pattern is refused
+    // here rather than recursed into.
+    if (++depth_ > kMaxDepth) bad();
     std::vector<int64_t> out = product();
     while (eat('+')) {
       const std::vector<int64_t> more = product();
       out.insert(out.end(), more.begin(), more.end());
+      if (out.size() > 100000) bad();
     }
+    --depth_;
     return out;
   }
   std::vector<int64_t> product() {
@@ -95,15 +109,25 @@ class PatternParser {
     return out;
   }
 
+  static constexpr int kMaxDepth = 64;
   std::string text_;
   ArgReader& r_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 std::vector<int64_t> moe_layer_indices(ArgReader& r, int64_t num_layers) {
-  const std::optional<std::string> freq = r.text("moe_layer_freq");
   std::vector<int64_t> flags;
-  if (!freq || freq->find_first_not_of("0123456789") == std::string::npos) {
+  // A Bridge config may hold the list itself.
+  const std::vector<std::string> words = r.has("moe_layer_freq") && r.is_list("moe_layer_freq")
+                                             ? r.texts("moe_layer_freq")
+                                             : std::vector<std::string>{};
+  const std::optional<std::string> freq =
+      words.empty()
+          ? r.text("moe_layer_freq")
+          : std::optional<std::string>("[" + fmt::format("{}", fmt::join(words, ",")) + "]");
+  if (!freq || (!freq->empty() && freq->size() <= 6 &&
+                freq->find_first_not_of("0123456789") == std::string::npos)) {
     const int64_t every = freq ? std::stoll(*freq) : 1;
     if (every <= 0) r.fail("moe_layer_freq", "must be positive");
     for (int64_t i = 0; i < num_layers; ++i) flags.push_back(i % every == 0 ? 1 : 0);
@@ -127,7 +151,7 @@ void read_moe(ArgReader& r, nlohmann::json& m, int64_t num_layers, int64_t ffn) 
   m["num_experts"] = required(r, "num_experts");
   // Megatron's --moe-router-topk default (TransformerConfig.moe_router_topk = 2).
   m["experts_per_token"] = r.integer_or("moe_router_topk", 2);
-  const int64_t expert_ffn = r.integer_or("moe_ffn_hidden_size", ffn);
+  const int64_t expert_ffn = positive(r, "moe_ffn_hidden_size").value_or(ffn);
   m["moe_ffn_hidden_size"] = expert_ffn;
   if (const auto shared = r.integer("moe_shared_expert_intermediate_size")) {
     // Megatron gives the shared experts' total width; the model counts experts of the
@@ -160,7 +184,7 @@ void read_attention(ArgReader& r, nlohmann::json& m, int64_t hidden, int64_t hea
   // --num-query-groups counts only with --group-query-attention (argument_utils.py
   // core_transformer_config_from_args); its command-line default is 1.
   const bool gqa = r.flag("group_query_attention");
-  const int64_t groups = r.integer_or("num_query_groups", 1);
+  const int64_t groups = positive(r, "num_query_groups").value_or(1);
   if (gqa && groups != heads) m["num_kv_heads"] = groups;
   if (!gqa && r.has("num_query_groups")) {
     r.not_modelled("num_query_groups", "ignored without --group-query-attention, as Megatron does");
@@ -171,9 +195,11 @@ void read_attention(ArgReader& r, nlohmann::json& m, int64_t hidden, int64_t hea
   }
 }
 
-int64_t vocabulary(ArgReader& r, int64_t tp) {
-  if (const auto padded = r.integer("padded_vocab_size")) return *padded;
-  std::optional<int64_t> vocab = r.integer("vocab_size");
+int64_t vocabulary(ArgReader& r, int64_t tp, bool bridge) {
+  if (const auto padded = positive(r, "padded_vocab_size")) return *padded;
+  std::optional<int64_t> vocab = positive(r, "vocab_size");
+  // Bridge: the model's vocabulary, else the tokenizer's.
+  if (!vocab) vocab = positive(r, "tokenizer_vocab_size");
   const std::optional<std::string> tokenizer = r.text("tokenizer_type");
   // pretrain_gpt.py's default tokenizer is GPT2BPETokenizer (validate_args args_defaults).
   if (!vocab && (!tokenizer || *tokenizer == "GPT2BPETokenizer")) vocab = kGpt2Vocab;
@@ -182,19 +208,20 @@ int64_t vocabulary(ArgReader& r, int64_t tp) {
            "is needed to size the embedding (shardplan reads no tokenizer files): give "
            "--vocab-size or --padded-vocab-size");
   }
-  if (!r.flag("pad_vocab_size", true)) return *vocab;
+  // Bridge's GPTModelProvider.should_pad_vocab defaults to False; the command line pads.
+  if (!r.flag("pad_vocab_size", !bridge)) return *vocab;
   // Megatron pads to a multiple of --make-vocab-size-divisible-by × tp
   // (vocab_size_with_padding); the model pads to 128 × tp itself under tensor parallelism,
   // so only another divisor changes the size read here.
-  const int64_t divisor = r.integer_or("make_vocab_size_divisible_by", 128);
-  if (divisor <= 0) r.fail("make_vocab_size_divisible_by", "must be positive");
+  const int64_t divisor = positive(r, "make_vocab_size_divisible_by").value_or(128);
+  if (tp > (int64_t{1} << 20)) r.fail("tensor_model_parallel_size", "exceeds 2^20");
   const int64_t multiple = divisor * (divisor == 128 ? 1 : tp);
   return (*vocab + multiple - 1) / multiple * multiple;
 }
 
 }  // namespace
 
-nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_t tp) {
+nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_t tp, bool bridge) {
   nlohmann::json m;
   m["name"] = name;
   m["family"] = "transformer";
@@ -203,10 +230,11 @@ nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_
   const int64_t hidden = required(r, "hidden_size");
   const int64_t heads = required(r, "num_attention_heads");
   const bool swiglu = r.flag("swiglu");
-  // arguments.py validate_args: 4h, or with SwiGLU int((4h·2/3)/64)·64 = ⌊8h/192⌋·64.
-  const int64_t ffn =
-      r.integer("ffn_hidden_size").value_or(swiglu ? 8 * hidden / 192 * 64 : 4 * hidden);
-  m["vocab_size"] = vocabulary(r, tp);
+  // arguments.py validate_args: 4h, or with SwiGLU int((4h·2/3)/64)·64 = ⌊8h/192⌋·64; a
+  // Bridge config gets TransformerConfig.__post_init__'s 4h either way.
+  const int64_t ffn = positive(r, "ffn_hidden_size")
+                          .value_or(swiglu && !bridge ? 8 * hidden / 192 * 64 : 4 * hidden);
+  m["vocab_size"] = vocabulary(r, tp, bridge);
   m["hidden_size"] = hidden;
   m["num_layers"] = layers;
   m["num_heads"] = heads;
@@ -226,10 +254,17 @@ nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_
   m["tie_embeddings"] = !r.flag("untie_embeddings_and_output_weights");
   m["bias"] = r.flag("add_bias_linear", true);  // --disable-bias-linear clears it
   if (r.flag("add_qkv_bias") && !m["bias"].get<bool>()) m["qkv_bias"] = true;
-  const std::string position = r.text("position_embedding_type").value_or("learned_absolute");
+  // --use-rotary-position-embeddings: the old spelling of rope (validate_args).
+  const bool old_rope = r.flag("use_rotary_position_embeddings");
+  const std::string position =
+      r.text("position_embedding_type").value_or(old_rope ? "rope" : "learned_absolute");
   if (position == "learned_absolute") {
     m["position_embedding"] = "learned";
-    m["max_position_embeddings"] = required(r, "max_position_embeddings");
+    // GPTModelProvider has no max_position_embeddings: its table is seq_length long.
+    const std::optional<int64_t> rows = positive(r, "max_position_embeddings");
+    m["max_position_embeddings"] = rows     ? *rows
+                                   : bridge ? required(r, "seq_length")
+                                            : required(r, "max_position_embeddings");
   } else {
     m["position_embedding"] = "rope";
     if (position != "rope") {

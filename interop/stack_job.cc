@@ -10,6 +10,7 @@
 #include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
 #include "interop/internal/shell_words.h"
+#include "interop/internal/text_file.h"
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -27,6 +28,8 @@ constexpr NameTable<StackFormat, 3> kFormats = {{
     {StackFormat::torchtitan, "torchtitan"},
 }};
 
+}  // namespace
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
@@ -34,8 +37,6 @@ std::string read_text_file(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
-
-}  // namespace
 
 std::string_view stack_format_name(StackFormat format) {
   return name_of(kFormats, format);

@@ -1,11 +1,12 @@
 // torchtitan's job config: the TOML schema of torchtitan v0.2.x
 // (torchtitan/config/job_config.py @238fa99, the last commit before its configs became
-// Python; v0.2.2 has the same file). torchtitan rejects unknown keys; here they are listed.
+// Python; v0.2.2 has the same file). Keys torchtitan would reject are listed as unknown.
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "interop/internal/torchtitan.h"
 #include "interop/stack_job.h"
@@ -36,8 +37,7 @@ const std::vector<Section>& sections() {
       {"training",
        {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
         "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce", "gc_freq",
-        "gc_debug", "seed", "deterministic", "debug_moe_force_load_balance", "dataset",
-        "dataset_path", "dataloader"}},
+        "gc_debug", "dataset", "dataset_path", "dataloader"}},
       {"parallelism",
        {"data_parallel_replicate_degree",
         "data_parallel_shard_degree",
@@ -84,9 +84,15 @@ class TomlReader {
  public:
   TomlReader(const toml::table& root, std::string file) : root_(root), file_(std::move(file)) {}
 
+  // Records the key as read, so the ones left can be listed (check_schema).
   const toml::node* find(std::string_view section, std::string_view key) const {
     const toml::table* table = root_[section].as_table();
-    return table == nullptr ? nullptr : table->get(key);
+    const toml::node* node = table == nullptr ? nullptr : table->get(key);
+    if (node != nullptr) used_.insert(std::string(section) + "." + std::string(key));
+    return node;
+  }
+  bool used(std::string_view section, std::string_view key) const {
+    return used_.count(std::string(section) + "." + std::string(key)) > 0;
   }
   [[noreturn]] void fail(std::string_view section, std::string_view key,
                          const std::string& reason) const {
@@ -128,6 +134,7 @@ class TomlReader {
  private:
   const toml::table& root_;
   std::string file_;
+  mutable std::set<std::string> used_;
 };
 
 int64_t positive(const TomlReader& t, std::string_view section, std::string_view key,
@@ -137,7 +144,8 @@ int64_t positive(const TomlReader& t, std::string_view section, std::string_view
   return v;
 }
 
-// Keys and sections not in the schema: torchtitan raises on them; listed here.
+// After reading: sections and keys outside the schema (torchtitan raises on them) are
+// listed as unknown; those in it that the plan does not depend on, as ignored.
 void check_schema(const TomlReader& t, StackJob& job) {
   for (const auto& [name, node] : t.root()) {
     const std::string section(name.str());
@@ -159,6 +167,8 @@ void check_schema(const TomlReader& t, StackJob& job) {
         const std::optional<std::string> near = closest_name(key, known->keys);
         job.unknown.push_back(
             fmt::format("[{}] {}{}", section, key, near ? " (did you mean " + *near + "?)" : ""));
+      } else if (!t.used(section, key)) {
+        job.ignored.push_back(fmt::format("[{}] {}", section, key));
       }
     }
   }
@@ -177,9 +187,6 @@ void read_model(const TomlReader& t, StackJob& job) {
   if (flavor.find('_') != std::string::npos) {
     job.not_modelled.push_back(
         fmt::format("[model] flavor {}: its attention kernel is modelled as SDPA's", flavor));
-  }
-  for (const char* key : {"hf_assets_path", "tokenizer_path", "print_after_conversion"}) {
-    if (t.find("model", key) != nullptr) job.ignored.push_back(std::string("[model] ") + key);
   }
 }
 
@@ -203,6 +210,10 @@ void read_parallelism(const TomlReader& t, StackJob& job) {
   if (shard == 1 && cp == 1) {
     c["sharding_strategy"] = "no_shard";
     c["dp_shard"] = replicate;
+    job.not_modelled.push_back(
+        "[parallelism] data_parallel_shard_degree 1: without FSDP torchtitan keeps the "
+        "weights in [training] dtype under autocast; modelled as bf16 weights with fp32 "
+        "main weights");
   } else {
     c["dp_outer"] = replicate;
     if (shard > 0) c["dp_shard"] = shard;
@@ -246,10 +257,6 @@ void read_training(const TomlReader& t, StackJob& job) {
     job.not_modelled.push_back(
         "[training] enable_cpu_offload: FSDP's CPU offload of "
         "parameters, gradients and optimizer states is not modelled");
-  }
-  for (const char* key : {"max_norm", "steps", "gc_freq", "seed", "deterministic", "dataset",
-                          "dataset_path", "dataloader", "gc_debug"}) {
-    if (t.find(s, key) != nullptr) job.ignored.push_back(fmt::format("[{}] {}", s, key));
   }
 }
 
@@ -352,6 +359,11 @@ void read_float8(const TomlReader& t, StackJob& job) {
 }
 
 void read_optimizer(const TomlReader& t, StackJob& job) {
+  if (t.boolean("optimizer", "early_step_in_backward").value_or(false)) {
+    job.not_modelled.push_back(
+        "[optimizer] early_step_in_backward: stepping each parameter "
+        "as its gradient arrives is not modelled");
+  }
   const std::string name = t.text("optimizer", "name").value_or("AdamW");
   if (name != "AdamW" && name != "Adam") {
     job.not_modelled.push_back(
@@ -397,7 +409,6 @@ StackJob read_torchtitan_toml(const std::string& file) {
   StackJob job;
   job.format = StackFormat::torchtitan;
   job.label = file;
-  check_schema(t, job);
   read_model(t, job);
   read_parallelism(t, job);
   read_training(t, job);
@@ -405,6 +416,7 @@ StackJob read_torchtitan_toml(const std::string& file) {
   read_compile(t, job);
   read_float8(t, job);
   read_optimizer(t, job);
+  check_schema(t, job);
   return job;
 }
 

@@ -18,6 +18,7 @@ class ArgReader {
 
   // Set and not null (a Bridge field may be None).
   bool has(const std::string& dest) const;
+  bool is_list(const std::string& dest) const;
   // The name the input used, or Megatron's flag when absent.
   std::string name(const std::string& dest) const;
   std::optional<int64_t> integer(const std::string& dest);

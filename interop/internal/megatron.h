@@ -24,6 +24,7 @@ struct MegatronValue {
 struct MegatronArgs {
   std::map<std::string, MegatronValue> values;  // by Megatron's dest ("micro_batch_size")
   std::vector<std::string> ignored;             // read, no bearing on the plan (launcher words)
+  std::vector<std::string> not_modelled;        // read, not used (a launcher value it cannot read)
   std::vector<std::string> unknown;
   std::optional<int64_t> gpus;       // torchrun's --nproc-per-node × --nnodes
   bool expandable_segments = false;  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -41,8 +42,10 @@ const std::map<std::string, MegatronFlag>& megatron_flags();
 // The option string for a dest, as `emit` writes it (the first alias in the table).
 std::string megatron_flag_for(const std::string& dest);
 
-// Words of a command line: launcher words up to the training script (*.py), then
-// Megatron's flags. Unknown flags are kept in `unknown` with the nearest known one.
+// Words of a command line or a launch script: Megatron's flags wherever they stand (a
+// script defines its arrays before the torchrun line), torchrun's own flags (the GPU
+// count), other words (commands, the script, unexpanded variables) listed as ignored.
+// Unknown flags are kept in `unknown` with the nearest known one.
 MegatronArgs parse_megatron_words(const std::vector<std::string>& words, const std::string& label);
 
 // The job the arguments describe (model, config, GPUs, batch), with every argument

@@ -9,7 +9,8 @@
 namespace shardplan {
 
 // The model file (family transformer or moe) Megatron's arguments build; `tp` is the
-// tensor-parallel size the vocabulary is padded for.
-nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_t tp);
+// tensor-parallel size the vocabulary is padded for. `bridge`: the defaults of Megatron-Core's
+// dataclasses (a Bridge config) where they differ from the command line's.
+nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_t tp, bool bridge);
 
 }  // namespace shardplan
