@@ -72,9 +72,16 @@ Job load_job(const JobParams& p, const std::vector<std::string>& extra_overrides
   }
   apply_overrides(fields, overrides);
   const std::string label = fsdp_config_label(file, overrides);
-  const FsdpConfig config = fsdp_config_from_json(fields, label);
-  FsdpConfig resolved = resolve_fsdp_config(config, model, cluster, label);
-  return Job{std::move(model), std::move(cluster), std::move(resolved), std::move(stack)};
+  try {
+    const FsdpConfig config = fsdp_config_from_json(fields, label);
+    FsdpConfig resolved = resolve_fsdp_config(config, model, cluster, label);
+    return Job{std::move(model), std::move(cluster), std::move(resolved), std::move(stack)};
+  } catch (const InputError& error) {
+    // A field read from the stack's config: name it as the user wrote it.
+    const std::string name = stack ? stack_field_name(stack->format, error.field()) : "";
+    if (name.empty()) throw;
+    throw InputError(error.file(), name + " (" + error.field() + ")", error.reason());
+  }
 }
 
 void print_stack_notes(const Job& job, bool json) {

@@ -4,6 +4,7 @@
 // Megatron's arguments (megatron_job.cc); the rest are renamed here.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -108,6 +109,13 @@ class BridgeReader {
     if (path.empty() || path.find("_target_") != std::string::npos ||
         path.find("_call_") != std::string::npos) {
       return;
+    }
+    // A field holds a value or a list of values; anything nested is refused before it is
+    // copied (copying a list nested a million deep would recurse as deep).
+    if (value.is_array() && std::any_of(value.begin(), value.end(), [](const nlohmann::json& v) {
+          return !v.is_primitive();
+        })) {
+      throw InputError(label_, path, "expected a value or a list of values, got nested lists");
     }
     const std::string section = path.substr(0, path.find('.'));
     const std::string field =

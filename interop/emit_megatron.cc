@@ -180,6 +180,39 @@ std::pair<int64_t, int64_t> launch_shape(const ClusterSpec& cluster) {
   return {cluster.num_gpus, 1};  // fewer than a node's GPUs, or not whole nodes
 }
 
+// The Bridge path for a Megatron dest (its ConfigContainer sections, config.py @067f987).
+std::vector<std::string> bridge_paths(const std::string& dest) {
+  static const std::vector<std::string> ddp = {"use_megatron_fsdp",
+                                               "data_parallel_sharding_strategy",
+                                               "use_distributed_optimizer",
+                                               "num_distributed_optimizer_instances",
+                                               "outer_dp_sharding_strategy",
+                                               "overlap_grad_reduce",
+                                               "overlap_param_gather",
+                                               "fsdp_double_buffer",
+                                               "keep_fp8_transpose_cache",
+                                               "megatron_fsdp_main_params_dtype",
+                                               "megatron_fsdp_main_grads_dtype",
+                                               "megatron_fsdp_grad_comm_dtype",
+                                               "megatron_fsdp_enable_fine_grained_param_gather"};
+  if (std::find(ddp.begin(), ddp.end(), dest) != ddp.end()) return {"ddp." + dest};
+  if (dest == "micro_batch_size" || dest == "global_batch_size") return {"train." + dest};
+  if (dest == "seq_length") return {"model.seq_length", "dataset.seq_length"};
+  // The model's vocabulary, used as given (should_pad_vocab is False); the recipe's
+  // tokenizer stays.
+  if (dest == "vocab_size") return {"model.vocab_size"};
+  if (dest == "tokenizer_type") return {};
+  if (dest == "optimizer") return {"optimizer.optimizer"};
+  if (dest == "ckpt_format") return {"checkpoint.ckpt_format"};
+  if (dest == "num_experts") return {"model.num_moe_experts"};
+  if (dest == "swiglu") return {"model.gated_linear_unit"};
+  if (dest == "untie_embeddings_and_output_weights") {
+    return {"model.share_embeddings_and_output_weights"};
+  }
+  if (dest == "group_query_attention") return {};  // implied by num_query_groups
+  return {"model." + dest};
+}
+
 namespace {
 
 std::string dtype_arg(DType d) {
@@ -277,39 +310,6 @@ std::string shell_value(const nlohmann::json& v) {
   }
   if (v.is_number_float()) return float_text(v.get<double>());
   return v.dump();
-}
-
-// The Bridge path for a Megatron dest (its ConfigContainer sections, config.py @067f987).
-std::vector<std::string> bridge_paths(const std::string& dest) {
-  static const std::vector<std::string> ddp = {"use_megatron_fsdp",
-                                               "data_parallel_sharding_strategy",
-                                               "use_distributed_optimizer",
-                                               "num_distributed_optimizer_instances",
-                                               "outer_dp_sharding_strategy",
-                                               "overlap_grad_reduce",
-                                               "overlap_param_gather",
-                                               "fsdp_double_buffer",
-                                               "keep_fp8_transpose_cache",
-                                               "megatron_fsdp_main_params_dtype",
-                                               "megatron_fsdp_main_grads_dtype",
-                                               "megatron_fsdp_grad_comm_dtype",
-                                               "megatron_fsdp_enable_fine_grained_param_gather"};
-  if (std::find(ddp.begin(), ddp.end(), dest) != ddp.end()) return {"ddp." + dest};
-  if (dest == "micro_batch_size" || dest == "global_batch_size") return {"train." + dest};
-  if (dest == "seq_length") return {"model.seq_length", "dataset.seq_length"};
-  // The model's vocabulary, used as given (should_pad_vocab is False); the recipe's
-  // tokenizer stays.
-  if (dest == "vocab_size") return {"model.vocab_size"};
-  if (dest == "tokenizer_type") return {};
-  if (dest == "optimizer") return {"optimizer.optimizer"};
-  if (dest == "ckpt_format") return {"checkpoint.ckpt_format"};
-  if (dest == "num_experts") return {"model.num_moe_experts"};
-  if (dest == "swiglu") return {"model.gated_linear_unit"};
-  if (dest == "untie_embeddings_and_output_weights") {
-    return {"model.share_embeddings_and_output_weights"};
-  }
-  if (dest == "group_query_attention") return {};  // implied by num_query_groups
-  return {"model." + dest};
 }
 
 std::string python_value(const nlohmann::json& v) {

@@ -56,6 +56,11 @@ StackJob read_stack_config(StackFormat format, const std::string& input);
 // architecture (so a plan names it as the zoo does), else its model file built.
 ModelSpec stack_job_model(const StackJob& job);
 
+// The name a config field (a JSON path such as "/tp") has in the stack's config
+// ("--tensor-model-parallel-size", "model.tensor_model_parallel_size", "[parallelism]
+// tensor_parallel_degree"); empty when the stack has no setting for it.
+std::string stack_field_name(StackFormat format, std::string_view field);
+
 // The StackJob's notes as JSON: {"format", "input", "ignored", "not_modelled", "unknown"}.
 nlohmann::json stack_job_notes_json(const StackJob& job);
 // The same as lines for a terminal ("shardplan: note: ..."); empty when there is nothing.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "models/cluster_spec.h"
 #include "models/model_spec.h"
@@ -12,6 +13,10 @@ namespace shardplan {
 
 // torchrun's --nproc-per-node and --nnodes for the cluster's GPUs.
 std::pair<int64_t, int64_t> launch_shape(const ClusterSpec& cluster);
+
+// Where a Megatron argument (dest) lives in a Bridge ConfigContainer ("model.num_layers");
+// none for what Bridge keeps elsewhere (the tokenizer's type).
+std::vector<std::string> bridge_paths(const std::string& dest);
 
 // Each format's text after `header` (the comment lines naming the job); the model has an
 // architecture (transformer or MoE).

@@ -139,10 +139,36 @@ TEST(CleanErrors, InputsThatOnceCrashed) {
   const std::string deep_list =
       "{\"model\": {\"num_layers\": " + std::string(100000, '[') + std::string(100000, ']') + "}}";
   expect_input_error([&] { read_megatron_bridge(write_file("deep_list.json", deep_list)); },
-                     "model.num_layers", "expected a number, got 'a list of 1 items'");
+                     "model.num_layers", "expected a value or a list of values");
   expect_input_error(
       [] { read_megatron_bridge(write_file("plus.py", "cfg.model.num_layers += 2\n")); }, "line 1",
       "only assignments are read");
+}
+
+// The planner's checks name the field as the stack's config wrote it.
+TEST(CleanErrors, PlannerErrorsNameTheStacksSetting) {
+  JobParams megatron;
+  megatron.from_megatron = kModel + "--tensor-model-parallel-size 3 --seq-length 768";
+  testing::expect_input_error([&] { load_job(megatron); }, "--tensor-model-parallel-size (/tp)",
+                              "");
+  JobParams torchtitan;
+  torchtitan.from_torchtitan =
+      write_file("tp3.toml",
+                 "[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = 3\n"
+                 "[training]\nseq_len = 3072\n");
+  torchtitan.gpus = 3;
+  testing::expect_input_error([&] { load_job(torchtitan); },
+                              "[parallelism] tensor_parallel_degree (/tp)", "");
+  JobParams bridge;
+  bridge.from_megatron_bridge =
+      write_file("tp3.py",
+                 "cfg.model.num_layers = 2\ncfg.model.hidden_size = 1024\n"
+                 "cfg.model.num_attention_heads = 16\ncfg.model.seq_length = 768\n"
+                 "cfg.model.vocab_size = 32000\ncfg.train.micro_batch_size = 1\n"
+                 "cfg.model.tensor_model_parallel_size = 3\n");
+  bridge.gpus = 3;
+  testing::expect_input_error([&] { load_job(bridge); }, "model.tensor_model_parallel_size (/tp)",
+                              "");
 }
 
 TEST(TorchtitanSchema, DebugKeysOptimizerAndCompile) {
