@@ -17,10 +17,15 @@ namespace shardplan {
 namespace {
 
 constexpr TorchtitanFlavour kFlavours[] = {
-    {"llama3", "8B", "llama3-8b"},          {"llama3", "70B", "llama3-70b"},
-    {"llama3", "405B", "llama3.1-405b"},    {"llama3", "8B_flex", "llama3-8b"},
-    {"llama3", "8B_varlen", "llama3-8b"},   {"deepseek_v3", "16B", "deepseek-v3-16b"},
-    {"deepseek_v3", "671B", "deepseek-v3"}, {"qwen3", "30B-A3B", "qwen3-30b-a3b"},
+    {"llama3", "debugmodel", "llama3-debugmodel"},  // not in the zoo: built below
+    {"llama3", "8B", "llama3-8b"},
+    {"llama3", "70B", "llama3-70b"},
+    {"llama3", "405B", "llama3.1-405b"},
+    {"llama3", "8B_flex", "llama3-8b"},
+    {"llama3", "8B_varlen", "llama3-8b"},
+    {"deepseek_v3", "16B", "deepseek-v3-16b"},
+    {"deepseek_v3", "671B", "deepseek-v3"},
+    {"qwen3", "30B-A3B", "qwen3-30b-a3b"},
 };
 
 // The fields of each section read or knowingly ignored (job_config.py @238fa99).
@@ -183,7 +188,27 @@ void read_model(const TomlReader& t, StackJob& job) {
            fmt::format("'{}' flavour '{}' has no built-in shape in shardplan; known: {}", name,
                        flavor, torchtitan_flavour_list()));
   }
-  job.zoo_model = std::string(flavour->zoo);
+  if (flavour->zoo == "llama3-debugmodel") {
+    // torchtitan's default flavour (models/llama3/__init__.py @238fa99): dim 256, 6 layers,
+    // 16 heads, vocabulary 2048; the FFN 2·4·256/3 = 682 rounded up to multiple_of 256.
+    job.model = {{"name", "llama3-debugmodel"},
+                 {"family", "transformer"},
+                 {"source",
+                  "torchtitan's llama3 debugmodel flavour (torchtitan/models/llama3/"
+                  "__init__.py @238fa99)"},
+                 {"vocab_size", 2048},
+                 {"hidden_size", 256},
+                 {"num_layers", 6},
+                 {"num_heads", 16},
+                 {"ffn_hidden_size", 768},
+                 {"mlp", "swiglu"},
+                 {"norm", "rmsnorm"},
+                 {"tie_embeddings", false},
+                 {"bias", false},
+                 {"position_embedding", "rope"}};
+  } else {
+    job.zoo_model = std::string(flavour->zoo);
+  }
   if (flavor.find('_') != std::string::npos) {
     job.not_modelled.push_back(
         fmt::format("[model] flavor {}: its attention kernel is modelled as SDPA's", flavor));

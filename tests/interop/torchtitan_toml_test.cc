@@ -105,6 +105,24 @@ TEST(TorchtitanToml, Llama3_405B) {
   EXPECT_EQ(c.recompute, Recompute::full);
 }
 
+// No [model] flavor: torchtitan's debugmodel, which the zoo does not hold.
+TEST(TorchtitanToml, DebugModelIsTheDefaultFlavour) {
+  JobParams p;
+  p.from_torchtitan = write_toml("debug", "[parallelism]\ndata_parallel_shard_degree = 4\n");
+  const Job job = load_job(p);
+  EXPECT_EQ(job.model.name, "llama3-debugmodel");
+  EXPECT_EQ(job.model.hidden_size, 256);
+  EXPECT_EQ(job.model.num_layers, 6);
+  EXPECT_EQ(job.cluster.num_gpus, 4);
+  // Written back, it names the flavour and reads as the same job.
+  const std::string text =
+      emit_stack_config(StackFormat::torchtitan, job.model, job.cluster, job.config);
+  EXPECT_NE(text.find("flavor = \"debugmodel\""), std::string::npos) << text;
+  JobParams back;
+  back.from_torchtitan = write_toml("debug_back", text);
+  EXPECT_EQ(fsdp_config_to_json(load_job(back).config), fsdp_config_to_json(job.config));
+}
+
 TEST(TorchtitanToml, DefaultsAndExplicitDegrees) {
   // An empty config: llama3 debugmodel is not built in, so name a flavour; the rest is
   // torchtitan's defaults: batch 8, 2048 tokens, selective checkpointing every 2nd layer.
@@ -143,7 +161,7 @@ TEST(TorchtitanToml, ErrorsNameTheKey) {
   using testing::expect_input_error;
   expect_input_error(
       [] { read_torchtitan_toml(write_toml("flavor", "[model]\nflavor = \"9B\"\n")); },
-      "[model] flavor", "known: llama3 8B");
+      "[model] flavor", "known: llama3 debugmodel, llama3 8B");
   expect_input_error(
       [] {
         read_torchtitan_toml(write_toml("type",
