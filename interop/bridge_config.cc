@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "interop/internal/megatron.h"
-#include "interop/internal/text_file.h"
 #include "interop/stack_job.h"
 #include "models/error.h"
 #include "models/json_reader.h"

@@ -2,15 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "interop/internal/embedded.h"
 #include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
 #include "interop/internal/shell_words.h"
-#include "interop/internal/text_file.h"
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -29,14 +25,6 @@ constexpr NameTable<StackFormat, 3> kFormats = {{
 }};
 
 }  // namespace
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string_view stack_format_name(StackFormat format) {
   return name_of(kFormats, format);

@@ -74,12 +74,16 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
   }
 }
 
-nlohmann::json read_json_file(const std::string& path) {
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_json_text(text.str(), path);
+  return text.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  return parse_json_text(read_text_file(path), path);
 }
 
 std::optional<std::string> out_of_range_reason(int64_t value, int64_t lo, int64_t hi) {

@@ -10,6 +10,8 @@
 
 namespace shardplan {
 
+// A whole file as text; a missing or unreadable file is an InputError naming it.
+std::string read_text_file(const std::string& path);
 // Reads a JSON file; a missing file or a syntax error becomes an InputError naming the
 // file and the line and column.
 nlohmann::json read_json_file(const std::string& path);
