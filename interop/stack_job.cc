@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "interop/internal/embedded.h"
 #include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
