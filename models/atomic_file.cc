@@ -1,31 +1,55 @@
 #include "models/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
-#include <vector>
 
 #include "models/error.h"
 
 namespace shardplan {
 namespace {
 
+namespace fs = std::filesystem;
+
+// Every temporary file ends so, after ".<target name>.<pid>-<n>": a later write to the
+// same target can tell its own leftovers from anything else in the folder.
+constexpr std::string_view kTemporarySuffix = ".shardplan.tmp";
+
+[[noreturn]] void fail(const std::string& path, std::string_view what, int error) {
+  throw InputError(path, "",
+                   "cannot write the file (" + std::string(what) + "): " + std::strerror(error));
+}
+
 // Removes the temporary file unless released: every early exit cleans up.
 class TemporaryFile {
  public:
-  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
+  TemporaryFile() = default;
   TemporaryFile(const TemporaryFile&) = delete;
   TemporaryFile& operator=(const TemporaryFile&) = delete;
   ~TemporaryFile() {
     if (fd_ >= 0) ::close(fd_);
     if (!path_.empty()) ::unlink(path_.c_str());
   }
-  int& fd() { return fd_; }
+  void own(std::string path, int fd) {
+    path_ = std::move(path);
+    fd_ = fd;
+  }
+  int fd() const { return fd_; }
+  int close() {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
   const std::string& path() const { return path_; }
   void release() { path_.clear(); }
 
@@ -34,46 +58,174 @@ class TemporaryFile {
   int fd_ = -1;
 };
 
-[[noreturn]] void fail(const std::string& path, std::string_view what, int error) {
-  throw InputError(path, "",
-                   "cannot write the file (" + std::string(what) + "): " + std::strerror(error));
+void write_all(int fd, std::string_view text, const std::string& path) {
+  while (!text.empty()) {
+    const ssize_t written = ::write(fd, text.data(), text.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "write", errno);
+    }
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+// Follows a chain of symbolic links to the path it ends at (which may not exist yet: a
+// link may name a file still to be written), as open() would, at most 40 links deep
+// (Linux's MAXSYMLINKS).
+// `through_proc` tells whether a hop passed through /proc (/dev/stdout → /proc/self/fd/1).
+fs::path resolve_links(const std::string& path, bool* through_proc = nullptr) {
+  fs::path current(path);
+  for (int hops = 0; hops < 40; ++hops) {
+    if (through_proc != nullptr && current.string().starts_with("/proc/")) *through_proc = true;
+    struct stat info {};
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
+    std::error_code error;
+    const fs::path target = fs::read_symlink(current, error);
+    if (error) fail(path, "reading the symbolic link", error.value());
+    current = target.is_absolute() ? target : current.parent_path() / target;
+  }
+  fail(path, "following symbolic links", ELOOP);
+}
+
+// The pid in a temporary file name ".<name>.<pid>-<n>.shardplan.tmp" of `prefix`.
+std::optional<pid_t> temporary_owner(std::string_view entry, std::string_view prefix) {
+  if (!entry.starts_with(prefix) || !entry.ends_with(kTemporarySuffix)) return std::nullopt;
+  entry.remove_prefix(prefix.size());
+  entry.remove_suffix(kTemporarySuffix.size());
+  const std::size_t dash = entry.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  pid_t pid = 0;
+  const auto [end, error] = std::from_chars(entry.data(), entry.data() + dash, pid);
+  if (error != std::errc() || end != entry.data() + dash || pid <= 0) return std::nullopt;
+  return pid;
+}
+
+// Removes the temporary files an earlier write to this target left when it was killed
+// (its process is gone). A live process's file is its write in progress: left alone.
+void remove_stale_temporaries(const fs::path& directory, const std::string& prefix) {
+  DIR* folder = ::opendir(directory.c_str());
+  if (folder == nullptr) return;  // creating our own temporary file will say why
+  while (const dirent* entry = ::readdir(folder)) {
+    const std::optional<pid_t> owner = temporary_owner(entry->d_name, prefix);
+    if (owner && ::kill(*owner, 0) != 0 && errno == ESRCH) {
+      ::unlink((directory / entry->d_name).c_str());
+    }
+  }
+  ::closedir(folder);
+}
+
+void replace_regular_file(const std::string& path, const fs::path& target,
+                          std::optional<mode_t> existing_mode, const std::string& text) {
+  fs::path directory = target.parent_path();
+  if (directory.empty()) directory = ".";
+  const std::string prefix = "." + target.filename().string() + ".";
+  remove_stale_temporaries(directory, prefix);
+
+  // The pid names the writer; the counter keeps two writes of one process (threads of the
+  // Python module) apart.
+  static std::atomic<unsigned> counter{0};
+  TemporaryFile temporary;
+  for (int attempt = 0; temporary.fd() < 0; ++attempt) {
+    const std::string name =
+        (directory / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+                      std::string(kTemporarySuffix)))
+            .string();
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      temporary.own(name, fd);
+    } else if (errno != EEXIST || attempt > 100) {
+      fail(path, "no temporary file beside it", errno);
+    }
+  }
+  write_all(temporary.fd(), text, path);
+  mode_t mode = 0;
+  if (existing_mode) {
+    mode = *existing_mode & 07777;
+  } else {
+    // A plain open would give 0666 less the umask.
+    mode = ::umask(0);
+    ::umask(mode);
+    mode = 0666 & ~mode;
+  }
+  if (::fchmod(temporary.fd(), mode) != 0) fail(path, "file mode", errno);
+  // On disk before the rename, so a crash of the machine cannot leave an empty target.
+  if (::fsync(temporary.fd()) != 0) fail(path, "fsync", errno);
+  if (temporary.close() != 0) fail(path, "close", errno);
+  if (::rename(temporary.path().c_str(), target.c_str()) != 0) fail(path, "rename over it", errno);
+  temporary.release();
+}
+
+// A device or FIFO is written into as `>` would: replacing it would destroy it.
+void write_into(const std::string& path, const std::string& text) {
+  // O_TRUNC empties a regular file reached through /proc/self/fd; devices and pipes
+  // ignore it.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) fail(path, "open", errno);
+  TemporaryFile closer;  // closes the descriptor; there is no file to remove
+  closer.own("", fd);
+  write_all(fd, text, path);
+  if (closer.close() != 0) fail(path, "close", errno);
 }
 
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::filesystem::path target(path);
-  if (target.filename().empty()) throw InputError(path, "", "not a file name");
-  std::filesystem::path directory = target.parent_path();
-  if (directory.empty()) directory = ".";
-  std::string pattern = (directory / ("." + target.filename().string() + ".XXXXXX.tmp")).string();
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  const int fd = ::mkstemps(name.data(), /*suffixlen=*/4);
-  if (fd < 0) fail(path, "no temporary file beside it", errno);
-  TemporaryFile temporary(std::string(name.data()));
-  temporary.fd() = fd;
-
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const ssize_t written = ::write(fd, rest.data(), rest.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      fail(path, "write", errno);
-    }
-    rest.remove_prefix(static_cast<std::size_t>(written));
+  if (path.empty() || fs::path(path).filename().empty()) {
+    throw InputError(path, "", "not a file name");
   }
-  // mkstemp makes the file private (0600); a plain open would give 0666 less the umask.
-  const mode_t umask_bits = ::umask(0);
-  ::umask(umask_bits);
-  if (::fchmod(fd, 0666 & ~umask_bits) != 0) fail(path, "file mode", errno);
-  // On disk before the rename, so a crash of the machine cannot leave an empty target.
-  if (::fsync(fd) != 0) fail(path, "fsync", errno);
-  const int closing = ::close(fd);
-  temporary.fd() = -1;
-  if (closing != 0) fail(path, "close", errno);
-  if (::rename(temporary.path().c_str(), path.c_str()) != 0) fail(path, "rename over it", errno);
-  temporary.release();
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno != ENOENT) fail(path, "stat", errno);
+    replace_regular_file(path, resolve_links(path), std::nullopt, text);
+    return;
+  }
+  if (S_ISREG(info.st_mode)) {
+    bool through_proc = false;
+    const fs::path target = resolve_links(path, &through_proc);
+    // /dev/stdout and /proc/self/fd/N name an open file, not a path to replace: a shell's
+    // `> out.json` keeps writing to the file it opened.
+    if (through_proc) {
+      write_into(path, text);
+    } else {
+      replace_regular_file(path, target, info.st_mode, text);
+    }
+  } else if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) {
+    write_into(path, text);
+  } else if (S_ISDIR(info.st_mode)) {
+    throw InputError(path, "", "is a directory; give a file name to write");
+  } else {
+    throw InputError(path, "",
+                     S_ISBLK(info.st_mode)
+                         ? "is a block device; shardplan writes only files, character "
+                           "devices and pipes"
+                         : "is a socket; shardplan writes only files, character devices "
+                           "and pipes");
+  }
+}
+
+void check_distinct_outputs(const std::vector<OutputPath>& outputs) {
+  std::vector<std::pair<const OutputPath*, fs::path>> files;
+  for (const OutputPath& output : outputs) {
+    if (output.path.empty()) continue;
+    struct stat info {};
+    const bool exists = ::stat(output.path.c_str(), &info) == 0;
+    const fs::path target = resolve_links(output.path);
+    if (exists && (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode))) continue;
+    std::error_code error;
+    fs::path absolute = fs::absolute(target, error).lexically_normal();
+    // The folder may itself be reached through a link: compare where it really is.
+    if (const fs::path folder = fs::canonical(absolute.parent_path(), error); !error) {
+      absolute = folder / absolute.filename();
+    }
+    for (const auto& [earlier, earlier_path] : files) {
+      if (earlier_path == absolute) {
+        throw InputError(output.flag, "",
+                         "writes to the same file as " + earlier->flag + " (" + output.path +
+                             "); give each output its own file");
+      }
+    }
+    files.emplace_back(&output, absolute);
+  }
 }
 
 }  // namespace shardplan

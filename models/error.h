@@ -1,7 +1,9 @@
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace shardplan {
 
@@ -11,7 +13,9 @@ namespace shardplan {
 class InputError : public std::runtime_error {
  public:
   // `file` is a path or a label such as "--set" or "<built-in llama3-8b>"; `field` is a
-  // JSON path such as "/gpu/hbm_bytes" or a flag name. Either may be empty.
+  // JSON path such as "/gpu/hbm_bytes" or a flag name. Either may be empty. The message
+  // is made printable (printable_message), so a value echoed from a binary or huge input
+  // cannot garble or flood the user's terminal.
   InputError(std::string file, std::string field, std::string reason);
 
   const std::string& file() const { return file_; }
@@ -23,5 +27,16 @@ class InputError : public std::runtime_error {
   std::string field_;
   std::string reason_;
 };
+
+// A value taken from the user's input, ready to sit inside a message: in single quotes,
+// with control bytes, invalid UTF-8 and invisible marks (a byte-order mark) written as
+// \xNN / \r / \t / \n / \u{FEFF}, and cut after `max_chars` characters with the length
+// of the whole ("'GPT_ARGS=--num-…' (2.1 MB)").
+std::string quote_input(std::string_view value, std::size_t max_chars = 60);
+
+// `text` with the same escapes as quote_input but no quotes, newlines kept, and cut to
+// `max_bytes` with a note of how much was left out. The safety net InputError applies to
+// every message.
+std::string printable_message(std::string_view text, std::size_t max_bytes = 4096);
 
 }  // namespace shardplan

@@ -1,10 +1,16 @@
 #include "models/json_reader.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <cstring>
+#include <unordered_set>
 
 #include "models/error.h"
 #include "models/suggest.h"
@@ -46,11 +52,125 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   return {line, column};
 }
 
+// Builds the document as nlohmann's own DOM parser does, and refuses a key that an object
+// already has: nlohmann keeps the last silently, so "bytes" given twice would be read as
+// whichever came second without a word (RFC 8259 leaves duplicates to the reader).
+class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  DuplicateKeyCheck(nlohmann::json& result, const std::string& label)
+      : dom_(result, /*allow_exceptions=*/true), label_(label) {}
+
+  bool null() override { return element() && dom_.null(); }
+  bool boolean(bool value) override { return element() && dom_.boolean(value); }
+  bool number_integer(number_integer_t value) override {
+    return element() && dom_.number_integer(value);
+  }
+  bool number_unsigned(number_unsigned_t value) override {
+    return element() && dom_.number_unsigned(value);
+  }
+  bool number_float(number_float_t value, const string_t& text) override {
+    return element() && dom_.number_float(value, text);
+  }
+  bool string(string_t& value) override { return element() && dom_.string(value); }
+  bool binary(binary_t& value) override { return element() && dom_.binary(value); }
+  bool start_object(std::size_t size) override {
+    element();
+    open(/*object=*/true);
+    return dom_.start_object(size);
+  }
+  bool key(string_t& name) override {
+    Frame& frame = frames_[depth_ - 1];
+    const bool seen = frame.key_set.empty() ? std::find(frame.keys.begin(), frame.keys.end(),
+                                                        name) != frame.keys.end()
+                                            : frame.key_set.count(name) != 0;
+    if (seen) {
+      throw InputError(
+          label_, path(),
+          "the key " + quote_input(name) + " appears twice in this object; give each key once");
+    }
+    // A linear scan while the object is small (most are), a hash set once it is not.
+    constexpr std::size_t kScanLimit = 32;
+    if (!frame.key_set.empty()) {
+      frame.key_set.insert(name);
+    } else if (frame.keys.size() < kScanLimit) {
+      frame.keys.push_back(name);
+    } else {
+      frame.key_set.insert(frame.keys.begin(), frame.keys.end());
+      frame.key_set.insert(name);
+    }
+    frame.current_key = name;
+    return dom_.key(name);
+  }
+  bool end_object() override {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t size) override {
+    element();
+    open(/*object=*/false);
+    return dom_.start_array(size);
+  }
+  bool end_array() override {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& error) override {
+    // Thrown as its own type: rethrowing the base reference would lose the byte offset
+    // parse_json_text turns into a line and column.
+    if (const auto* syntax = dynamic_cast<const nlohmann::json::parse_error*>(&error))
+      throw *syntax;
+    if (const auto* range = dynamic_cast<const nlohmann::json::out_of_range*>(&error)) throw *range;
+    return dom_.parse_error(position, last_token, error);
+  }
+
+ private:
+  struct Frame {
+    bool object = false;
+    int64_t index = -1;  // of the current element, in an array
+    std::string current_key;
+    std::vector<std::string> keys;
+    std::unordered_set<std::string> key_set;
+  };
+
+  // Counts a value (or the start of a container) as the next element of an open array.
+  bool element() {
+    if (depth_ > 0 && !frames_[depth_ - 1].object) ++frames_[depth_ - 1].index;
+    return true;
+  }
+  // Frames are reused, not popped, so a long array of small objects allocates once.
+  void open(bool object) {
+    if (depth_ == frames_.size()) frames_.emplace_back();
+    Frame& frame = frames_[depth_++];
+    frame.object = object;
+    frame.index = -1;
+    frame.keys.clear();
+    frame.key_set.clear();
+  }
+  // The JSON pointer of the object being read ("/ops/3").
+  std::string path() const {
+    std::string pointer;
+    for (std::size_t i = 0; i + 1 < depth_; ++i) {
+      const Frame& frame = frames_[i];
+      pointer += "/" + (frame.object ? frame.current_key : std::to_string(frame.index));
+    }
+    return pointer.empty() ? "/" : pointer;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
+  const std::string& label_;
+  std::vector<Frame> frames_;
+  std::size_t depth_ = 0;
+};
+
 }  // namespace
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& label) {
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    nlohmann::json result;
+    DuplicateKeyCheck checked(result, label);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &checked);
+    return result;
   } catch (const nlohmann::json::parse_error& error) {
     // nlohmann reports the byte just past the offending token.
     const std::size_t byte = error.byte > 0 ? error.byte - 1 : 0;
@@ -74,12 +194,48 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
+  // open() and fstat() rather than ifstream: a directory opens as an empty stream, and a
+  // device or FIFO has no size to check before reading it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    throw InputError(path, "", std::string("cannot open file: ") + std::strerror(error));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    throw InputError(path, "", std::string("cannot read file: ") + std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) throw InputError(path, "", "is a directory, not a file");
+  const auto too_large = [&](const std::string& size) {
+    return InputError(path, "",
+                      fmt::format("{} is larger than the {} MiB an input file may have "
+                                  "(docs/formats.md, Limits)",
+                                  size, max_bytes >> 20));
+  };
+  if (S_ISREG(info.st_mode) && info.st_size > max_bytes) {
+    throw too_large(fmt::format("the file ({} bytes)", info.st_size));
+  }
+  // Devices, FIFOs and files that grow while read: read in blocks and stop one byte past
+  // the limit, so /dev/zero ends at once with the limit named, not in bad_alloc.
+  std::string text;
+  if (S_ISREG(info.st_mode)) text.reserve(static_cast<std::size_t>(info.st_size));
+  std::array<char, 1 << 16> block{};
+  for (;;) {
+    const ssize_t got = ::read(fd, block.data(), block.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(path, "", std::string("cannot read file: ") + std::strerror(errno));
+    }
+    if (got == 0) break;
+    text.append(block.data(), static_cast<std::size_t>(got));
+    if (static_cast<int64_t>(text.size()) > max_bytes) throw too_large("the input");
+  }
+  return text;
 }
 
 nlohmann::json read_json_file(const std::string& path) {

@@ -8,10 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "models/limits.h"
+
 namespace shardplan {
 
-// A whole file as text; a missing or unreadable file is an InputError naming it.
-std::string read_text_file(const std::string& path);
+// A whole file as text. A missing or unreadable file, a directory, or one larger than
+// `max_bytes` (a device such as /dev/zero included: it is read only that far) is an
+// InputError naming it.
+std::string read_text_file(const std::string& path, int64_t max_bytes = limits::kMaxInputFileBytes);
 // Reads a JSON file; a missing file or a syntax error becomes an InputError naming the
 // file and the line and column.
 nlohmann::json read_json_file(const std::string& path);

@@ -42,6 +42,12 @@ inline constexpr int64_t kMaxAlignmentBytes = int64_t{1} << 30;
 // their differences stay inside int64.
 inline constexpr int64_t kMaxPoolTime = int64_t{1} << 62;
 
+// Bytes of one input file (model, cluster, config, plan, timeline, trace step, CSV,
+// launch script). The largest plan the limits above allow is about 200 MB of JSON
+// (docs/formats.md, Limits); a parsed JSON document takes about 5x its text, so a file at
+// the limit stays under 2 GB of memory. Profiler traces stream and have their own limit.
+inline constexpr int64_t kMaxInputFileBytes = int64_t{256} << 20;
+
 // Wall-clock budgets (pack --time-limit): a week.
 inline constexpr double kMaxTimeLimitSeconds = 7 * 24 * 3600.0;
 

@@ -1,0 +1,140 @@
+// What every reader gets from the user's files: read_text_file (directories, devices and
+// oversized files refused with the limit named), JSON with a key given twice refused with
+// its path, and messages that never echo raw bytes or megabytes of a value.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/error.h"
+#include "models/json_reader.h"
+
+namespace shardplan {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+fs::path temp_path(const std::string& name) {
+  return fs::temp_directory_path() / ("shardplan_input_" + std::to_string(::getpid()) + name);
+}
+
+TEST(ReadTextFile, ReadsAFileWhole) {
+  const fs::path path = temp_path("whole.txt");
+  std::string text(200'000, 'x');
+  text += "\nend";
+  std::ofstream(path, std::ios::binary) << text;
+  EXPECT_EQ(read_text_file(path.string()), text);
+  fs::remove(path);
+}
+
+TEST(ReadTextFile, ADirectoryIsNotReadAsAnEmptyFile) {
+  EXPECT_THAT(error_of([] { read_text_file(fs::temp_directory_path().string()); }),
+              HasSubstr("is a directory"));
+}
+
+TEST(ReadTextFile, AMissingFileSaysSo) {
+  EXPECT_THAT(error_of([] { read_text_file("/nonexistent/shardplan.json"); }),
+              HasSubstr("cannot open file: No such file or directory"));
+}
+
+TEST(ReadTextFile, AFileOverTheLimitIsRefusedBeforeItIsRead) {
+  const fs::path path = temp_path("big.txt");
+  std::ofstream(path, std::ios::binary) << std::string(5000, 'x');
+  const std::string message = error_of([&] { read_text_file(path.string(), 4096); });
+  EXPECT_THAT(message, HasSubstr("the file (5000 bytes) is larger than"));
+  EXPECT_THAT(message, HasSubstr("Limits"));
+  EXPECT_EQ(read_text_file(path.string(), 5000).size(), 5000u);  // at the limit: read
+  fs::remove(path);
+}
+
+// /dev/zero never ends: it is read up to the limit and refused, not until memory runs out.
+TEST(ReadTextFile, AnEndlessDeviceStopsAtTheLimit) {
+  const std::string message = error_of([] { read_text_file("/dev/zero", 1 << 20); });
+  EXPECT_THAT(message, HasSubstr("/dev/zero: the input is larger than the 1 MiB"));
+}
+
+TEST(ReadTextFile, AnEmptyDeviceReadsAsEmpty) {
+  EXPECT_EQ(read_text_file("/dev/null"), "");
+}
+
+TEST(ParseJson, AKeyGivenTwiceIsRefusedWithItsPath) {
+  const std::string message = error_of([] {
+    parse_json_text(R"({"ops": [{"id": 0}, {"id": 1, "bytes": 2, "bytes": 3}]})", "plan.json");
+  });
+  EXPECT_EQ(message,
+            "plan.json: /ops/1: the key 'bytes' appears twice in this object; give "
+            "each key once");
+  EXPECT_THAT(error_of([] { parse_json_text(R"({"a": 1, "a": 1})", "c.json"); }),
+              HasSubstr("c.json: /: the key 'a' appears twice"));
+}
+
+TEST(ParseJson, ADuplicateInALargeObjectIsFound) {
+  std::string text = "{";
+  for (int i = 0; i < 1000; ++i)
+    text += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ",";
+  text += "\"k999\": 0}";
+  EXPECT_THAT(error_of([&] { parse_json_text(text, "big.json"); }),
+              HasSubstr("the key 'k999' appears twice"));
+}
+
+TEST(ParseJson, TheSameKeyInSiblingObjectsIsFine) {
+  const nlohmann::json json = parse_json_text(
+      R"({"a": {"x": 1, "y": [1, {"x": 2}]}, "b": {"x": 3}, "c": [{"x": 4}, {"x": 5}]})", "ok");
+  EXPECT_EQ(json["c"][1]["x"], 5);
+  EXPECT_EQ(json["a"]["y"][1]["x"], 2);
+}
+
+TEST(ParseJson, DeepNestingParsesWithoutRecursion) {
+  const std::string text = std::string(100'000, '[') + std::string(100'000, ']');
+  EXPECT_TRUE(parse_json_text(text, "deep.json").is_array());
+}
+
+TEST(ParseJson, SyntaxErrorsStillGiveLineAndColumn) {
+  EXPECT_THAT(error_of([] { parse_json_text("{\n  \"a\": 1,\n  oops\n}", "f.json"); }),
+              HasSubstr("f.json: invalid JSON at line 3, column 3"));
+}
+
+TEST(QuoteInput, ControlBytesAndBadUtf8AreEscaped) {
+  EXPECT_EQ(quote_input("plain"), "'plain'");
+  EXPECT_EQ(quote_input(std::string("a\0b\r\n\t\x7f", 7)), "'a\\x00b\\r\\n\\t\\x7F'");
+  EXPECT_EQ(quote_input("\xEF\xBB\xBFnum_layers"), "'\\u{FEFF}num_layers'");
+  EXPECT_EQ(quote_input("caf\xC3\xA9"), "'caf\xC3\xA9'");  // valid UTF-8 kept
+  EXPECT_EQ(quote_input("\xC3(\xFF"), "'\\xC3(\\xFF'");
+  EXPECT_EQ(quote_input("\xED\xA0\x80"), "'\\xED\\xA0\\x80'");  // a surrogate
+  EXPECT_EQ(quote_input("\xE0\x80\xAF"), "'\\xE0\\x80\\xAF'");  // overlong
+}
+
+TEST(QuoteInput, ALongValueIsCutWithItsSize) {
+  const std::string value(3'000'000, 'x');
+  EXPECT_EQ(quote_input(value, 5), "'xxxxx…' (3.0 MB)");
+  EXPECT_EQ(quote_input("12345", 5), "'12345'");
+}
+
+TEST(InputErrorMessage, IsPrintableAndBounded) {
+  const InputError error("f\x1b[31m.json", "/a", std::string(100'000, 'y') + "\x01");
+  const std::string message = error.what();
+  EXPECT_THAT(message, Not(HasSubstr("\x1b")));
+  EXPECT_THAT(message, HasSubstr("f\\x1B[31m.json: /a: yyy"));
+  EXPECT_LT(message.size(), 5000u);
+  EXPECT_THAT(message, HasSubstr("more left out)"));
+  // The parts stay whole for callers that read them.
+  EXPECT_EQ(error.reason().size(), 100'001u);
+  EXPECT_EQ(InputError("", "", "two\nlines").what(), std::string("two\nlines"));
+}
+
+}  // namespace
+}  // namespace shardplan
