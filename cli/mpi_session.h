@@ -42,4 +42,13 @@ inline bool launched_by_mpi() {
          std::getenv("PMI_SIZE") != nullptr;
 }
 
+// This process's rank as the launcher set it (0 without a launcher), readable before MPI
+// starts, so an error found before the ranks talk is printed once, by rank 0.
+inline int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
 }  // namespace shardplan

@@ -78,6 +78,8 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
 }  // namespace
 
 int run_simulate(const SimulateParams& p, std::ostream& out) {
+  check_distinct_outputs(
+      {{"--trace-out", p.trace_out}, {"--timeline-out", p.timeline_out}, {"--report", p.report}});
   Plan plan;
   ClusterSpec cluster;
   nlohmann::json stack_notes = nlohmann::json::object();

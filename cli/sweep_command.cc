@@ -30,7 +30,22 @@ SearchSpace build_space(const SweepParams& p, const Job& job) {
   SearchSpace space = default_search_space(job.model, job.cluster, job.config);
   if (!p.space_file.empty())
     space = search_space_from_json(read_json_file(p.space_file), p.space_file, space);
-  // Flags replace single lists of the space; they go through the same reader.
+  // Flags replace single lists of the space; they go through the same reader, and its
+  // errors name the flag that gave the field.
+  struct FlagField {
+    const char* key;
+    const char* flag;
+  };
+  static constexpr FlagField kFlagFields[] = {{"tp", "--tp"},
+                                              {"cp", "--cp"},
+                                              {"sharding_strategy", "--strategies"},
+                                              {"dp_outer", "--dp-outer"},
+                                              {"prefetch", "--prefetch"},
+                                              {"recompute", "--recompute"},
+                                              {"micro_batch", "--micro-batch"},
+                                              {"fp8", "--fp8"},
+                                              {"global_batch_sequences", "--global-batch"},
+                                              {"global_batch_tokens", "--global-batch-tokens"}};
   nlohmann::json flags = nlohmann::json::object();
   if (!p.tp.empty()) flags["tp"] = p.tp;
   if (!p.cp.empty()) flags["cp"] = p.cp;
@@ -49,7 +64,18 @@ SearchSpace build_space(const SweepParams& p, const Job& job) {
     throw InputError("", "--global-batch-tokens", "give --global-batch or --global-batch-tokens");
   if (!flags.empty()) {
     if (global_batch || p.global_batch_tokens) space.global_batch_sequences = 0;
-    space = search_space_from_json(flags, "flags", space);
+    try {
+      space = search_space_from_json(flags, "flags", space);
+    } catch (const InputError& error) {
+      std::string flag = error.field();
+      for (const FlagField& f : kFlagFields) {
+        if (error.field().starts_with("/" + std::string(f.key))) flag = f.flag;
+      }
+      // A batch the stack config gave is named as its file.
+      const bool from_stack = flag == "--global-batch" && !p.global_batch && job.stack;
+      throw InputError(from_stack ? job.stack->label : "", from_stack ? "global batch" : flag,
+                       error.reason());
+    }
   }
   for (int64_t outer : space.dp_outer) {
     if (job.cluster.num_gpus % outer != 0) {
@@ -251,6 +277,8 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
 }  // namespace
 
 int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
+  check_distinct_outputs(
+      {{"--csv", p.csv}, {"--report", p.report}, {"--emit-config", p.emit_config}});
   const Job job = load_job(p.job);
   const SearchSpace space = build_space(p, job);
   // The cap is compared with one GPU's memory: at most the largest HBM a cluster file may

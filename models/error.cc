@@ -12,12 +12,15 @@ namespace {
 std::string format_message(const std::string& file, const std::string& field,
                            const std::string& reason) {
   std::string message;
-  // A path or field may itself come from the input (a key of a JSON object), so each part
-  // is bounded on its own: a long reason still keeps the file and field readable.
-  if (!file.empty()) message += printable_message(file, 512) + ": ";
-  if (!field.empty()) message += printable_message(field, 512) + ": ";
-  return message + printable_message(reason);
+  if (!file.empty()) message += file + ": ";
+  if (!field.empty()) message += field + ": ";
+  return message + reason;
 }
+
+// A path or field may itself come from the input (a key of a JSON object), so each part
+// is bounded on its own; a JSON path 256 levels deep (the deepest a model may nest) is
+// about 3 KB and stays whole.
+constexpr std::size_t kMaxNameBytes = 4096;
 
 // The length of the UTF-8 sequence starting at text[at] if it is well formed (shortest
 // form, no surrogates, at most U+10FFFF), else 0.
@@ -95,10 +98,14 @@ std::string size_note(std::size_t bytes) {
 }  // namespace
 
 InputError::InputError(std::string file, std::string field, std::string reason)
-    : std::runtime_error(format_message(file, field, reason)),
-      file_(std::move(file)),
-      field_(std::move(field)),
-      reason_(std::move(reason)) {}
+    : InputError(Parts{printable_message(file, kMaxNameBytes),
+                       printable_message(field, kMaxNameBytes), printable_message(reason)}) {}
+
+InputError::InputError(Parts parts)
+    : std::runtime_error(format_message(parts.file, parts.field, parts.reason)),
+      file_(std::move(parts.file)),
+      field_(std::move(parts.field)),
+      reason_(std::move(parts.reason)) {}
 
 std::string quote_input(std::string_view value, std::size_t max_chars) {
   std::string out = "'";

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/error.h"
+
 namespace shardplan {
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -44,7 +46,7 @@ std::optional<std::string> closest_name(std::string_view name,
 
 std::string unknown_name_message(std::string_view what, std::string_view name,
                                  std::span<const std::string> candidates) {
-  std::string message = fmt::format("unknown {} '{}'", what, name);
+  std::string message = fmt::format("unknown {} {}", what, quote_input(name));
   if (auto nearest = closest_name(name, candidates)) {
     message += fmt::format("; did you mean '{}'?", *nearest);
   }

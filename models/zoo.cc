@@ -64,7 +64,8 @@ ModelSpec load_model(const std::string& name_or_file) {
   }
   const bool looks_like_path =
       name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
-  if (looks_like_path || std::filesystem::exists(name_or_file)) {
+  std::error_code missing;  // a name too long for a path is no file, not an exception
+  if (looks_like_path || std::filesystem::exists(name_or_file, missing)) {
     return model_from_json(read_json_file(name_or_file), name_or_file);
   }
   throw InputError("", "--model",

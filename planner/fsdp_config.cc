@@ -734,8 +734,8 @@ void check_model_parallel(const FsdpConfig& c, const ModelSpec& model, const Clu
 
 }  // namespace
 
-FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
-                               const ClusterSpec& cluster, const std::string& label) {
+FsdpConfig tile_mesh(const FsdpConfig& config, const ClusterSpec& cluster,
+                     const std::string& label) {
   FsdpConfig c = config;
   const int64_t gpus = cluster.num_gpus;
   const std::string where = fmt::format(
@@ -743,13 +743,6 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
       cluster.name);
   // Each factor is at most kMaxGpus (2^20), so the products below stay far from overflow
   // once each partial product is checked against the GPU count.
-  if (c.recompute == Recompute::sac_op && model.arch == nullptr) {
-    throw InputError(
-        label, "/recompute",
-        fmt::format("sac_op counts the matmuls of each decoder layer; {} is an explicit "
-                    "model without layers shardplan builds: use selective or full",
-                    model.name));
-  }
   const int64_t model_ranks = c.tp * c.cp;
   if (model_ranks > gpus || gpus % model_ranks != 0) {
     throw InputError(label, c.cp > 1 ? "/cp" : "/tp",
@@ -772,6 +765,20 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                  c.dp_outer, c.dp_shard, c.cp, c.tp,
                                  c.dp_outer * c.dp_shard * model_ranks, gpus, where));
   }
+  return c;
+}
+
+FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
+                               const ClusterSpec& cluster, const std::string& label) {
+  FsdpConfig c = config;
+  if (c.recompute == Recompute::sac_op && model.arch == nullptr) {
+    throw InputError(
+        label, "/recompute",
+        fmt::format("sac_op counts the matmuls of each decoder layer; {} is an explicit "
+                    "model without layers shardplan builds: use selective or full",
+                    model.name));
+  }
+  c = tile_mesh(c, cluster, label);
   c.sequence_parallel = sequence_parallel(c);
   c.fp8 = fp8_compute(c);
   check_model_parallel(c, model, cluster, label);

@@ -186,6 +186,13 @@ std::string fsdp_config_label(const std::string& file, const std::vector<std::st
 // Loads `file` (empty: the defaults), applies `overrides` and reads the result.
 FsdpConfig load_fsdp_config(const std::string& file, const std::vector<std::string>& overrides);
 
+// The mesh on the cluster's GPUs: tp × cp must divide them and dp_outer the rest;
+// dp_shard 0 is inferred. The first step of resolve_fsdp_config, and the sweep's first
+// check of a point (a mesh that does not tile is the cause to name, before any rule
+// on the other knobs).
+FsdpConfig tile_mesh(const FsdpConfig& config, const ClusterSpec& cluster,
+                     const std::string& label);
+
 // Checks the config against the job: dp_outer × dp_shard × cp × tp must equal the GPU
 // count (dp_shard 0 is derived first), tp within one NVLink domain, tp dividing the
 // model's heads, KV heads and FFN widths, strategy combinations Megatron-FSDP supports,

@@ -11,6 +11,7 @@
 
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 #include "models/name_table.h"
 #include "models/suggest.h"
 #include "models/transformer_builder.h"
@@ -198,11 +199,16 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
   if (r.has("micro_batch")) s.micro_batches = parse_list<int64_t>(r, "micro_batch", positive);
   if (r.has("global_batch_sequences") && r.has("global_batch_tokens"))
     r.fail("global_batch_tokens", "give the global batch in sequences or in tokens, not both");
+  // At most kMaxGradAccum micro-batches on each of kMaxGpus GPUs: anything larger is no
+  // batch any job runs, and would overflow the split into micro-batches.
+  constexpr int64_t kMaxSequences = limits::kMaxGradAccum * limits::kMaxGpus;
   if (r.has("global_batch_sequences"))
-    s.global_batch_sequences = r.positive_integer("global_batch_sequences");
+    s.global_batch_sequences = r.integer_in("global_batch_sequences", 1, kMaxSequences);
   if (r.has("global_batch_tokens")) {
-    // Kept as tokens until the sequence length is known: negative marks tokens.
-    s.global_batch_sequences = -r.positive_integer("global_batch_tokens");
+    // Kept as tokens until the sequence length is known: negative marks tokens. 2^62 (inside
+    // int64) is the sequence bound at the longest micro-batch's tokens, over 4.
+    s.global_batch_sequences = -r.integer_in("global_batch_tokens", 1,
+                                             kMaxSequences / 4 * limits::kMaxTokensPerMicroBatch);
   }
   if (r.has("fp8")) s.fp8 = parse_list<bool>(r, "fp8", boolean);
   if (r.has("double_buffer")) s.double_buffer = parse_list<bool>(r, "double_buffer", boolean);
@@ -242,7 +248,16 @@ SearchSpace search_space_from_json(const nlohmann::json& json, const std::string
 std::vector<FsdpConfig> enumerate_configs(const SearchSpace& space, const FsdpConfig& base,
                                           int64_t num_gpus) {
   int64_t batch = space.global_batch_sequences;
-  if (batch < 0) batch = -batch / std::max<int64_t>(base.seq_len, 1);  // from tokens
+  if (batch < 0) {  // from tokens
+    const int64_t seq_len = std::max<int64_t>(base.seq_len, 1);
+    if (-batch % seq_len != 0) {
+      throw InputError("sweep", "global_batch_tokens",
+                       fmt::format("{} tokens is not a whole number of {}-token sequences "
+                                   "(seq_len); give a multiple of it",
+                                   -batch, seq_len));
+    }
+    batch = -batch / seq_len;
+  }
   std::vector<FsdpConfig> out;
   for (int64_t tp : space.tp) {
     for (int64_t cp : space.cp) {
@@ -355,8 +370,9 @@ double memory_lower_bound(const ModelSpec& model, const ClusterSpec& cluster,
 }
 
 std::string describe_config(const FsdpConfig& c) {
-  std::string text =
-      fmt::format("{} {}×{}", strategy_short(c.sharding_strategy), c.dp_shard, c.dp_outer);
+  // dp_shard 0: a point whose mesh does not tile the GPUs has none.
+  std::string text = fmt::format("{} {}×{}", strategy_short(c.sharding_strategy),
+                                 c.dp_shard > 0 ? std::to_string(c.dp_shard) : "?", c.dp_outer);
   if (c.dp_outer > 1) text += fmt::format("({})", outer_strategy_name(c.outer_strategy));
   if (c.tp > 1) {
     text += fmt::format(" tp{}", c.tp);
@@ -367,8 +383,9 @@ std::string describe_config(const FsdpConfig& c) {
     text += fmt::format(" cp{}", c.cp);
     if (c.cp_comm != CpComm::p2p) text += fmt::format("({})", cp_comm_name(c.cp_comm));
   }
+  // A point whose global batch does not split has no grad_accum: "ga?".
   text += fmt::format(" pf{} {} mb{}×ga{}", c.forward_prefetch, recompute_label(c), c.micro_batch,
-                      c.grad_accum);
+                      c.grad_accum > 0 ? std::to_string(c.grad_accum) : "?");
   if (c.bucket_bytes) text += fmt::format(" bucket{}M", *c.bucket_bytes / 1000000);
   if (fp8_compute(c)) text += " fp8";
   if (c.stack != Stack::megatron_te) {
@@ -494,11 +511,21 @@ SweepResult sweep_configs(const ModelSpec& model, const ClusterSpec& cluster,
     SweepPoint& p = result.points[i];
     try {
       if (configs[i].grad_accum <= 0) {
-        p.config = configs[i];
+        // The global batch did not split: blame the mesh when it does not tile the GPUs
+        // (resolving with one micro-batch says how), else the batch.
+        FsdpConfig probe = tile_mesh(configs[i], cluster, "sweep");
+        probe.grad_accum = 1;
+        check_fsdp_config(probe, "sweep");
+        p.config = resolve_fsdp_config(probe, model, cluster, "sweep");
+        p.config.grad_accum = 0;
         p.state = PointState::invalid;
-        p.reason =
-            fmt::format("micro_batch {} does not divide the global batch", configs[i].micro_batch);
+        p.reason = fmt::format(
+            "the global batch does not split into whole micro-batches of {} sequences over the "
+            "{} data-parallel ranks",
+            configs[i].micro_batch, p.config.dp_shard * p.config.dp_outer);
       } else {
+        // The mesh first: when it does not tile the GPUs, no other rule is the cause.
+        tile_mesh(configs[i], cluster, "sweep");
         // The rules on which knobs combine (FP8 needs ZeRO-3, ...).
         check_fsdp_config(configs[i], "sweep");
         p.config = resolve_fsdp_config(configs[i], model, cluster, "sweep");

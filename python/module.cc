@@ -9,6 +9,7 @@
 // with the GIL released.
 #include <pybind11/pybind11.h>
 
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "python/requests.h"
 
 namespace py = pybind11;
@@ -69,7 +71,8 @@ py::cpp_function path_to_text() {
   });
 }
 
-// One request value as JSON text; NaN, infinities and objects JSON cannot hold are an error
+// One request value as JSON text; NaN, infinities, objects JSON cannot hold, text that is
+// not Unicode (a lone surrogate) and nesting past Python's recursion limit are an error
 // naming the key.
 nlohmann::json value_to_json(const std::string& label, const std::string& key,
                              const py::handle& value, const py::cpp_function& path_text) {
@@ -79,11 +82,34 @@ nlohmann::json value_to_json(const std::string& label, const std::string& key,
                .attr("dumps")(value, py::arg("allow_nan") = false, py::arg("default") = path_text)
                .cast<std::string>();
   } catch (py::error_already_set& error) {
+    if (error.matches(PyExc_RecursionError)) {
+      throw InputError(label, key, "is nested too deeply to be a request value");
+    }
     if (!error.matches(PyExc_TypeError) && !error.matches(PyExc_ValueError)) throw;
     throw InputError(label, key,
                      "cannot be read as JSON (" + py::str(error.value()).cast<std::string>() + ")");
   }
-  return nlohmann::json::parse(text);
+  try {
+    return parse_json_text(text, label);
+  } catch (const InputError& error) {
+    // json.dumps writes a lone surrogate as "\ud800", which is no Unicode character.
+    throw InputError(label, key, "cannot be read as JSON (" + error.reason() + ")");
+  }
+}
+
+// A request key as UTF-8; a str holding a lone surrogate has none.
+std::string key_text(const std::string& label, const py::handle& key) {
+  if (!py::isinstance<py::str>(key)) {
+    throw InputError(label, "", "request keys are str, got " + py::repr(key).cast<std::string>());
+  }
+  try {
+    return key.cast<std::string>();
+  } catch (const py::cast_error&) {
+    // pybind11 cannot encode a str holding a lone surrogate as UTF-8.
+    PyErr_Clear();
+    throw InputError(label, "",
+                     "a request key is not valid Unicode: " + py::repr(key).cast<std::string>());
+  }
 }
 
 nlohmann::json request_to_json(const std::string& label, const py::handle& request) {
@@ -93,10 +119,7 @@ nlohmann::json request_to_json(const std::string& label, const py::handle& reque
   const py::cpp_function path_text = path_to_text();
   nlohmann::json result = nlohmann::json::object();
   for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(request)) {
-    if (!py::isinstance<py::str>(key)) {
-      throw InputError(label, "", "request keys are str, got " + py::repr(key).cast<std::string>());
-    }
-    const std::string name = key.cast<std::string>();
+    const std::string name = key_text(label, key);
     result[name] = value_to_json(label, name, value, path_text);
   }
   return result;
@@ -117,6 +140,9 @@ py::object call(const std::string& name, const py::handle& request, const Comman
     return py::module_::import("json").attr("loads")(output);
   } catch (const InputError& error) {
     raise_input_error(error);
+  } catch (const std::filesystem::filesystem_error& error) {
+    // A path in the request the file system refuses (too long, a loop of links).
+    raise_input_error(InputError(error.path1().string(), "", error.code().message()));
   } catch (const py::error_already_set&) {
     throw;
   } catch (const py::builtin_exception&) {

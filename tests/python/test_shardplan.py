@@ -327,6 +327,22 @@ class ErrorTest(unittest.TestCase):
         self.assert_error(shardplan.simulate, {"plan": HERE}, field="plan")  # a directory
         self.assert_error(shardplan.simulate, {"plan": TINY, "model": "tiny"}, field="model")
 
+    def test_text_that_is_not_unicode_and_deep_nesting(self):
+        # A lone surrogate is a str Python holds but no UTF-8 text: an input error, in the
+        # key or in a value; so is nesting past Python's recursion limit.
+        self.assert_error(shardplan.plan, {"model": "tiny\ud800"}, field="model")
+        self.assert_error(shardplan.plan, {"model\ud800": "tiny"})
+        deep = []
+        for _ in range(100_000):
+            deep = [deep]
+        error = self.assert_error(shardplan.plan, {"model": "tiny", "set": deep}, field="set")
+        self.assertIn("nested too deeply", error.reason)
+
+    def test_messages_are_printable_and_bounded(self):
+        error = self.assert_error(shardplan.plan, {"model": "\x1b[31m" + "x" * 1_000_000})
+        self.assertNotIn("\x1b", str(error))
+        self.assertLess(len(str(error)), 5000)
+
     def test_internal_errors_are_not_input_errors(self):
         self.assertFalse(issubclass(shardplan.Error, RuntimeError))
         self.assertTrue(issubclass(shardplan.Error, ValueError))

@@ -1,0 +1,158 @@
+// What a careless user types, end to end through the binary: outputs that would destroy
+// a device node or collide, inputs that are directories or endless, numbers past a flag's
+// type, a sweep whose points are invalid for a reason it must name, and errors under
+// mpirun printed once.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/run_command.h"
+
+namespace shardplan::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+fs::path fresh_folder(const std::string& name) {
+  const fs::path folder =
+      fs::temp_directory_path() / ("shardplan_careless_" + std::to_string(::getpid()) + name);
+  fs::remove_all(folder);
+  fs::create_directories(folder);
+  return folder;
+}
+
+// One line, "shardplan: error: ...", exit 1.
+void expect_one_error_line(const CommandResult& r, const std::string& text) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("shardplan: error: "));
+  EXPECT_THAT(r.err, HasSubstr(text));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(CarelessOutput, ADeviceNodeStaysADevice) {
+  const fs::path folder = fresh_folder("device");
+  const fs::path null = folder / "null";
+  if (::mknod(null.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    GTEST_SKIP() << "mknod needs CAP_MKNOD";
+  }
+  const CommandResult r =
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "-o", null.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  struct stat info {};
+  ASSERT_EQ(::lstat(null.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode)) << "plan -o replaced the device node with a file";
+  fs::remove_all(folder);
+}
+
+TEST(CarelessOutput, PlanIntoStdoutIsThePlan) {
+  const CommandResult r =
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "--json", "-o", "/dev/stderr"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.err).at("num_gpus"), 2);
+}
+
+TEST(CarelessOutput, ADirectoryIsRefused) {
+  const fs::path folder = fresh_folder("dir_out");
+  expect_one_error_line(
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "-o", folder.string()}),
+      "is a directory; give a file name to write");
+  EXPECT_TRUE(fs::is_directory(folder));
+  fs::remove_all(folder);
+}
+
+TEST(CarelessOutput, TwoOutputsOnOnePathAreRefusedBeforeAnyWork) {
+  const fs::path folder = fresh_folder("collide");
+  const std::string out = (folder / "x").string();
+  expect_one_error_line(run_shardplan({"simulate", "--model", "tiny", "--gpus", "2",
+                                       "--timeline-out", out, "--trace-out", out, "--report", out}),
+                        "--timeline-out: writes to the same file as --trace-out");
+  expect_one_error_line(
+      run_shardplan({"sweep", "--model", "tiny", "--gpus", "2", "--csv", out, "--report", out}),
+      "--report: writes to the same file as --csv");
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(folder);
+}
+
+TEST(CarelessInput, ADirectoryOrAnEndlessDeviceIsRefused) {
+  const fs::path folder = fresh_folder("dir_in");
+  expect_one_error_line(run_shardplan({"describe", "--model", folder.string()}),
+                        "is a directory, not a file");
+  expect_one_error_line(run_shardplan({"simulate", "--plan", "/dev/zero"}),
+                        "/dev/zero: the input is larger than the");
+  expect_one_error_line(run_shardplan({"describe", "--cluster", "/dev/zero"}),
+                        "/dev/zero: the input is larger than the");
+  fs::remove_all(folder);
+}
+
+TEST(CarelessInput, AKeyGivenTwiceIsRefused) {
+  const std::string config = write_temp_file("twice.json", R"({"tp": 1, "tp": 2})");
+  expect_one_error_line(
+      run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "--config", config}),
+      "the key 'tp' appears twice");
+}
+
+TEST(CarelessFlags, ANumberPastTheFlagsTypeIsSaidPlainly) {
+  const CommandResult r = run_shardplan({"sweep", "--model", "tiny", "--jobs", "2147483648"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--jobs: '2147483648' is not a value it takes"));
+  EXPECT_THAT(r.err, Not(HasSubstr("Could not convert")));
+}
+
+TEST(CarelessFlags, RawBytesAreNotEchoed) {
+  const CommandResult r = run_shardplan({"describe", "--model", "llama\x1b[2J\x07"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, Not(HasSubstr("\x1b")));
+  EXPECT_THAT(r.err, HasSubstr("\\x1B[2J\\x07"));
+}
+
+TEST(CarelessSweep, AMeshThatDoesNotTileIsBlamedNotTheBatch) {
+  const std::string space = write_temp_file("tp3.json", R"({"tp": [3]})");
+  const CommandResult r =
+      run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8", "--space", space});
+  expect_one_error_line(r, "tp × cp = 3 × 1 = 3 does not divide the 8 GPUs");
+  EXPECT_THAT(r.err, HasSubstr("(zero1 ?×1 tp3"));
+  EXPECT_THAT(r.err, Not(HasSubstr("micro_batch")));
+}
+
+TEST(CarelessSweep, ABatchThatDoesNotSplitSaysOverHowManyRanks) {
+  expect_one_error_line(run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8",
+                                       "--global-batch", "12", "--micro-batch", "5"}),
+                        "the global batch does not split into whole micro-batches of 5 "
+                        "sequences over the 8 data-parallel ranks");
+}
+
+TEST(CarelessSweep, GlobalBatchErrorsNameTheFlag) {
+  expect_one_error_line(run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8",
+                                       "--global-batch", "9223372036854775807"}),
+                        "--global-batch: must be in [1, 1099511627776]");
+  // 100 000 tokens are not whole 8192-token sequences: no longer rounded silently.
+  expect_one_error_line(run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8",
+                                       "--global-batch-tokens", "100000"}),
+                        "100000 tokens is not a whole number of 8192-token sequences");
+}
+
+// Every rank reads the same bad input: rank 0 alone says so.
+TEST(CarelessMpi, AnInputErrorIsPrintedOnceUnderMpirun) {
+  const CommandResult r = run_program(
+      "timeout", {"-s", "KILL", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                  "3", SHARDPLAN_BINARY, "plan", "--model", "no-such-model"});
+  EXPECT_NE(r.exit_code, 0);
+  const std::string needle = "unknown model 'no-such-model'";
+  std::size_t count = 0;
+  for (std::size_t at = r.err.find(needle); at != std::string::npos;
+       at = r.err.find(needle, at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << r.err;
+}
+
+}  // namespace
+}  // namespace shardplan::testing
