@@ -20,10 +20,13 @@ namespace {
 // announced (V100 to Rubin Ultra; 10 GbE to NVLink 5) and narrow enough to catch a unit
 // slip (bits for bytes, GB for bytes, ms for s), which would otherwise give a confident,
 // wrong answer.
-constexpr double kMinHbmBandwidth = 1e10;           // 10 GB/s; V100 has 0.9 TB/s
-constexpr double kMaxHbmBandwidth = 1e15;           // 1 PB/s; B200 has 8 TB/s
-constexpr double kMinFlops = 1e12;                  // 1 TFLOP/s; V100 has 125 (fp16 tensor)
-constexpr double kMaxFlops = 1e18;                  // 1 EFLOP/s; B200 has 2.25e15 dense bf16
+constexpr double kMinHbmBandwidth = 1e10;  // 10 GB/s; V100 has 0.9 TB/s
+// 100 TB/s: B200 has 8 TB/s, and NVIDIA announces 32 TB/s for Rubin Ultra (HBM4E, 2027).
+constexpr double kMaxHbmBandwidth = 1e14;
+constexpr double kMinFlops = 1e12;  // 1 TFLOP/s; V100 has 125 (fp16 tensor)
+// 100 PFLOP/s: B200 has 2.25e15 dense BF16; NVIDIA announces 100 PFLOP/s of FP4 (its
+// fastest format) for a Rubin Ultra package (GTC 2025).
+constexpr double kMaxFlops = 1e17;
 constexpr double kMinLinkBandwidth = 1e8;           // 100 MB/s (1 GbE is 125 MB/s)
 constexpr double kMaxLinkBandwidth = 1e14;          // 100 TB/s; NVLink 5 has 0.9 TB/s per direction
 constexpr double kMaxLatencySeconds = 1e-2;         // 10 ms; NCCL's hop latencies are microseconds
@@ -42,10 +45,20 @@ constexpr NameTable<NcclProtocol, 3> kProtocolNames = {
 constexpr NameTable<NetworkTier, 2> kTierNames = {
     {{NetworkTier::intra_node, "intra_node"}, {NetworkTier::inter_node, "inter_node"}}};
 
-// A fitted scale outside this range is a fit gone wrong or a hand edit's slip, not a
-// network: NCCL's own constants are within a few times of every measurement published.
-constexpr double kMinCalibrationScale = 1e-3;
-constexpr double kMaxCalibrationScale = 1e3;
+using cluster_bounds::kMaxCalibrationScale;
+using cluster_bounds::kMinCalibrationScale;
+
+// A measured rate above its line rate or datasheet peak is a unit slip or a number from
+// another part: it would make the model faster than the hardware can run. Reported at the
+// measured field.
+void check_measured_below_peak(const JsonReader& r, std::string_view measured_key, double measured,
+                               std::string_view peak_key, double peak) {
+  if (measured > peak) {
+    r.fail(measured_key, fmt::format("{:g} B/s exceeds {} ({:g} B/s): a measured rate cannot "
+                                     "beat the peak it is measured against",
+                                     measured, peak_key, peak));
+  }
+}
 
 template <typename Enum, std::size_t N>
 Enum parse_name(const JsonReader& r, std::string_view key, const NameTable<Enum, N>& table) {
@@ -99,6 +112,9 @@ GpuSpec parse_gpu(const JsonReader& r) {
       .fp8_dense_flops = r.number_in("fp8_dense_flops", 0, kMaxFlops),
       .sm_count = r.integer_in("sm_count", 1, kMaxSms),
   };
+  check_measured_below_peak(r, "hbm_measured_bandwidth_bytes_per_s",
+                            gpu.hbm_measured_bandwidth_bytes_per_s, "hbm_bandwidth_bytes_per_s",
+                            gpu.hbm_bandwidth_bytes_per_s);
   if (gpu.fp8_dense_flops > 0 && gpu.fp8_dense_flops < kMinFlops) {
     r.fail("fp8_dense_flops", fmt::format("must be 0 (no FP8) or in [{:g}, {:g}], got {:g}",
                                           kMinFlops, kMaxFlops, gpu.fp8_dense_flops));
@@ -116,7 +132,7 @@ GpuSpec parse_gpu(const JsonReader& r) {
 LinkSpec parse_link(const JsonReader& r) {
   r.expect_only(
       {"name", "bandwidth_bytes_per_s", "measured_bus_bandwidth_bytes_per_s", "latency_s"});
-  return LinkSpec{
+  LinkSpec link{
       .name = r.string("name"),
       .bandwidth_bytes_per_s =
           r.number_in("bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth),
@@ -124,6 +140,13 @@ LinkSpec parse_link(const JsonReader& r) {
           r.number_in("measured_bus_bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth),
       .latency_s = r.number_in("latency_s", 0, kMaxLatencySeconds),
   };
+  // A ring's bus bandwidth is what each link carries per direction (nccl-tests'
+  // PERFORMANCE.md): it cannot exceed the line rate. (NVLS beats the ring by reducing in
+  // the switch; the model derives it from the ring's value, collective_model.cc.)
+  check_measured_below_peak(r, "measured_bus_bandwidth_bytes_per_s",
+                            link.measured_bus_bandwidth_bytes_per_s, "bandwidth_bytes_per_s",
+                            link.bandwidth_bytes_per_s);
+  return link;
 }
 
 constexpr NameTable<CollectiveLibrary, 2> kLibraryNames = {
@@ -148,9 +171,9 @@ ComputeSpec parse_compute(const JsonReader& r) {
                  "overlap_slowdown"});
   const ComputeSpec d;
   auto fraction = [&](std::string_view key, double fallback) {
-    const double v = r.number_or(key, fallback);
-    if (!(v > 0 && v <= 1)) r.fail(key, fmt::format("must be in (0, 1], got {}", v));
-    return v;
+    return r.has(key)
+               ? r.number_in(key, cluster_bounds::kMinEfficiency, cluster_bounds::kMaxEfficiency)
+               : fallback;
   };
   ComputeSpec c{
       .gemm_efficiency = fraction("gemm_efficiency", d.gemm_efficiency),
@@ -159,10 +182,11 @@ ComputeSpec parse_compute(const JsonReader& r) {
       .sdpa_attention_efficiency = 0,
       .elementwise_efficiency = fraction("elementwise_efficiency", d.elementwise_efficiency),
       .optimizer_efficiency = fraction("optimizer_efficiency", d.optimizer_efficiency),
-      .overlap_slowdown = r.number_or("overlap_slowdown", d.overlap_slowdown)};
+      .overlap_slowdown = d.overlap_slowdown};
   c.sdpa_attention_efficiency = fraction("sdpa_attention_efficiency", c.attention_efficiency);
-  if (!(c.overlap_slowdown >= 0 && c.overlap_slowdown <= 4))
-    r.fail("overlap_slowdown", fmt::format("must be in [0, 4], got {}", c.overlap_slowdown));
+  if (r.has("overlap_slowdown")) {
+    c.overlap_slowdown = r.number_in("overlap_slowdown", 0, cluster_bounds::kMaxOverlapSlowdown);
+  }
   return c;
 }
 
@@ -207,12 +231,23 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
         h.number_in("bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth);
     c.host_link.measured_bandwidth_bytes_per_s =
         h.number_in("measured_bandwidth_bytes_per_s", kMinLinkBandwidth, kMaxLinkBandwidth);
+    check_measured_below_peak(h, "measured_bandwidth_bytes_per_s",
+                              c.host_link.measured_bandwidth_bytes_per_s, "bandwidth_bytes_per_s",
+                              c.host_link.bandwidth_bytes_per_s);
   }
   if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
   if (r.has("collective_calibration")) c.collective_calibration = parse_collective_calibration(r);
-  if (c.nccl.collective_sms < 0 || c.nccl.collective_sms >= c.gpu.sm_count) {
+  // NCCL launches one CTA (on one SM) per channel and runs every collective on at least
+  // one channel: NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS accept "any value above or equal
+  // to 1" and NCCL_MIN_CTAS a positive integer (NCCL's environment-variable docs; RCCL's
+  // say the same). The opt-in zero-CTA policy of recent NCCL (NCCL_CTA_POLICY_ZERO: copy
+  // engines for some all-gathers and all-to-alls, 2.30 release notes) is not what the model
+  // prices.
+  if (c.nccl.collective_sms < 1 || c.nccl.collective_sms >= c.gpu.sm_count) {
     r.object("nccl").fail("collective_sms",
-                          fmt::format("must be in 0..{} (below the GPU's sm_count), got {}",
+                          fmt::format("must be in 1..{} (at least one SM, as NCCL runs every "
+                                      "collective on at least one channel; below the GPU's "
+                                      "sm_count), got {}",
                                       c.gpu.sm_count - 1, c.nccl.collective_sms));
   }
   c.non_tensor_bytes = r.integer("non_tensor_bytes");
@@ -238,7 +273,8 @@ std::pair<nlohmann::json, std::string> cluster_json(const std::string& name_or_f
   }
   const bool looks_like_path =
       name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
-  if (!looks_like_path && !std::filesystem::exists(name_or_file)) {
+  std::error_code missing;  // a name too long for a path is no file, not an exception
+  if (!looks_like_path && !std::filesystem::exists(name_or_file, missing)) {
     throw InputError("", "--cluster",
                      unknown_name_message("cluster", name_or_file, cluster_zoo_names()) +
                          "; or give a path to a cluster JSON file");

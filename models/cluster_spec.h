@@ -16,7 +16,7 @@ struct GpuSpec {
   std::string name;
   int64_t hbm_bytes = 0;                          // device memory as CUDA reports its total
   double hbm_bandwidth_bytes_per_s = 0;           // datasheet peak
-  double hbm_measured_bandwidth_bytes_per_s = 0;  // STREAM-like measurement
+  double hbm_measured_bandwidth_bytes_per_s = 0;  // STREAM-like measurement, at most the peak
   double bf16_dense_flops = 0;                    // FLOP/s
   double fp8_dense_flops = 0;                     // FLOP/s; 0 without FP8 tensor cores
   int64_t sm_count = 0;
@@ -73,10 +73,31 @@ enum class CollectiveLibrary { nccl, rccl };
 struct NcclSpec {
   CollectiveLibrary library = CollectiveLibrary::nccl;
   double base_latency_s = 0;   // fixed cost of launching a collective
-  int64_t collective_sms = 0;  // SMs an NCCL collective kernel occupies
+  int64_t collective_sms = 0;  // SMs an NCCL collective kernel occupies (at least 1)
   bool nvls = false;           // NVLink SHARP (in-switch reduction)
   bool ib_sharp = false;       // InfiniBand SHARP
 };
+
+// The physical ranges of what calibration fits: the cluster reader refuses a file outside
+// them and `shardplan calibrate` refuses a fit that lands outside them (naming the
+// measurement), so neither can hand the simulator a value that blows up.
+namespace cluster_bounds {
+// A kernel class's share of the GPU's peak. At 1 % a class runs 100 times slower than the
+// datasheet: no class of a training step on a working GPU comes near it (the lowest in
+// the zoo and in every fit docs/user-guide.md reports is MI300X's SDPA attention, 0.25),
+// and below it nothing bounds the step time (at 1e-309, 1 ÷ efficiency is infinite and
+// the simulation never ends). Above 1 a class would beat the datasheet peak.
+inline constexpr double kMinEfficiency = 0.01;
+inline constexpr double kMaxEfficiency = 1.0;
+// Compute overlapping a collective: Lee et al. 2025 (arXiv 2507.03114) measure 18.9 %
+// slower on average and 40 % at worst; 4 (five times slower) is ten times the worst.
+inline constexpr double kMaxOverlapSlowdown = 4.0;
+// A collective regime's latency and bandwidth scales: NCCL's own constants are within a
+// few times of every measurement published; 1000 times off is a fit gone wrong or a hand
+// edit's slip, not a network.
+inline constexpr double kMinCalibrationScale = 1e-3;
+inline constexpr double kMaxCalibrationScale = 1e3;
+}  // namespace cluster_bounds
 
 // How close kernels get to the GPU's peaks (simulator/compute_model.h): GEMMs and
 // attention as fractions of the dense tensor-core peak, memory-bound work (norms,
