@@ -64,9 +64,9 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
     }
     if (!algorithm) {
       throw InputError("", "--nccl-algo",
-                       fmt::format("'{}': give ring, tree or nvls (the NCCL_ALGO the logs ran "
+                       fmt::format("{}: give ring, tree or nvls (the NCCL_ALGO the logs ran "
                                    "with)",
-                                   inputs.nccl_algorithm));
+                                   quote_input(inputs.nccl_algorithm)));
     }
   }
   for (const std::string& path : inputs.nccl_tests) {

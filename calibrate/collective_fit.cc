@@ -56,16 +56,11 @@ CollectiveCalibration& entry_for(ClusterSpec& cluster,
   return cluster.collective_calibration.back();
 }
 
-// Scales outside this range are a fit gone wrong, not a network (cluster_spec.cc reads
-// the same range back).
-double clamp_scale(double s) {
-  return std::clamp(s, 1e-3, 1e3);
-}
-
 // Least squares on relative errors: rows (latency / t, transfer / t), target 1, unknowns
 // (s_lat, 1 / s_bw). Falls back to one unknown when the points cannot separate the two
 // (one point, or latency and transfer in the same ratio everywhere) or the joint fit
-// gives a non-physical sign.
+// gives a non-physical sign. The scales are left as fitted: fit_collectives refuses a
+// final one outside cluster_bounds.
 void fit_regime(const std::vector<const CollectiveSample*>& points,
                 const std::vector<Assignment>& terms, CollectiveCalibration& k) {
   const auto n = static_cast<Eigen::Index>(points.size());
@@ -86,8 +81,8 @@ void fit_regime(const std::vector<const CollectiveSample*>& points,
       const double latency_share = a.col(0).sum() * x(0) / static_cast<double>(n);
       const double transfer_share = a.col(1).sum() * x(1) / static_cast<double>(n);
       if (x(0) > 0 && x(1) > 0 && latency_share > 0.02 && transfer_share > 0.02) {
-        k.latency_scale = clamp_scale(x(0));
-        k.bandwidth_scale = clamp_scale(1.0 / x(1));
+        k.latency_scale = x(0);
+        k.bandwidth_scale = 1.0 / x(1);
         return;
       }
     }
@@ -98,11 +93,11 @@ void fit_regime(const std::vector<const CollectiveSample*>& points,
   if (latency_share >= transfer_share) {
     const Eigen::VectorXd rest = b - a.col(1) / k.bandwidth_scale;
     const double s = a.col(0).dot(rest) / a.col(0).squaredNorm();
-    if (s > 0) k.latency_scale = clamp_scale(s);
+    if (s > 0) k.latency_scale = s;
   } else {
     const Eigen::VectorXd rest = b - a.col(0) * k.latency_scale;
     const double u = a.col(1).dot(rest) / a.col(1).squaredNorm();
-    if (u > 0) k.bandwidth_scale = clamp_scale(1.0 / u);
+    if (u > 0) k.bandwidth_scale = 1.0 / u;
   }
 }
 
@@ -116,23 +111,74 @@ void fit_latency(const std::vector<const CollectiveSample*>& points,
     num += x * (1.0 - terms[i].transfer / (k.bandwidth_scale * t));
     den += x * x;
   }
-  if (den > 0 && num > 0) k.latency_scale = clamp_scale(num / den);
+  if (den > 0 && num > 0) k.latency_scale = num / den;
 }
 
-// The residual (sum of squared relative errors) of the best fit of one regime's line to
-// these points: both terms if that is physical, else the better single one.
-double line_residual(const std::vector<const CollectiveSample*>& points,
-                     const std::vector<Assignment>& terms) {
-  CollectiveCalibration k;
-  fit_regime(points, terms, k);
-  double sum = 0;
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const double predicted =
-        k.latency_scale * terms[i].latency + terms[i].transfer / k.bandwidth_scale;
-    const double e = predicted / points[i]->seconds - 1;
-    sum += e * e;
+// What fit_regime needs of a run of points of one protocol, as sums over them of its
+// rows (a0 = latency ÷ t, a1 = transfer ÷ t; target 1): prefix sums give any run's in
+// O(1), so the cut search below does not refit each run point by point (it did: cubic in
+// the sizes of a series, 12.6 s for a 1,000-row log).
+struct LineSums {
+  double s00 = 0, s01 = 0, s11 = 0, s0 = 0, s1 = 0;
+  double n = 0;
+  int64_t unavailable = 0;  // points this protocol cannot run
+
+  void add(const Assignment& a, double seconds) {
+    if (!std::isfinite(a.latency)) {
+      ++unavailable;
+      return;
+    }
+    const double a0 = a.latency / seconds, a1 = a.transfer / seconds;
+    s00 += a0 * a0;
+    s01 += a0 * a1;
+    s11 += a1 * a1;
+    s0 += a0;
+    s1 += a1;
+    n += 1;
   }
-  return sum;
+  LineSums operator-(const LineSums& o) const {
+    return {s00 - o.s00,
+            s01 - o.s01,
+            s11 - o.s11,
+            s0 - o.s0,
+            s1 - o.s1,
+            n - o.n,
+            unavailable - o.unavailable};
+  }
+};
+
+// The residual (sum of squared relative errors) of fit_regime's line, fitted from unit
+// scales, to the points summed in `s`, in closed form: both terms if the normal equations
+// have a physical solution where each carries 2 % of the time, else the dominant one
+// alone. Infinite if the protocol cannot run one of the points.
+double line_residual(const LineSums& s) {
+  if (s.unavailable > 0 || s.n == 0) return std::numeric_limits<double>::infinity();
+  double ls = 1, bs = 1;
+  bool joint = false;
+  const double det = s.s00 * s.s11 - s.s01 * s.s01;
+  // Rank 2: the columns are not parallel (relative to their norms, as a QR's rank test).
+  if (s.n >= 2 && det > 1e-12 * s.s00 * s.s11) {
+    const double x0 = (s.s11 * s.s0 - s.s01 * s.s1) / det;
+    const double x1 = (s.s00 * s.s1 - s.s01 * s.s0) / det;
+    if (x0 > 0 && x1 > 0 && s.s0 * x0 / s.n > 0.02 && s.s1 * x1 / s.n > 0.02) {
+      ls = x0;
+      bs = 1.0 / x1;
+      joint = true;
+    }
+  }
+  if (!joint) {
+    if (s.s0 >= s.s1) {
+      const double v = (s.s0 - s.s01) / s.s00;
+      if (v > 0) ls = v;
+    } else {
+      const double u = (s.s1 - s.s01) / s.s11;
+      if (u > 0) bs = 1.0 / u;
+    }
+  }
+  // Σ (ls a0 + a1 / bs − 1)², expanded.
+  const double residual = ls * ls * s.s00 + 2.0 * ls / bs * s.s01 + s.s11 / (bs * bs) -
+                          2.0 * ls * s.s0 - 2.0 * s.s1 / bs + s.n;
+  return std::max(residual, 0.0);
 }
 
 // A first assignment that does not depend on the uncalibrated model picking the right
@@ -168,39 +214,53 @@ std::vector<Assignment> segment_assignment(const ClusterSpec& cluster,
       return size_index < m ? starts[size_index] : members.size();
     };
     std::vector<std::array<Assignment, 3>> by_protocol(members.size());
+    // prefix[p][k]: protocol p's sums over members [0, k).
+    std::array<std::vector<LineSums>, 3> prefix;
+    for (auto& sums : prefix) sums.assign(members.size() + 1, LineSums{});
     for (std::size_t k = 0; k < members.size(); ++k) {
-      for (int p = 0; p < 3; ++p)
+      for (int p = 0; p < 3; ++p) {
         by_protocol[k][p] = assign(cluster, samples[members[k]], kOrder[p]);
+        prefix[p][k + 1] = prefix[p][k];
+        prefix[p][k + 1].add(by_protocol[k][p], samples[members[k]].seconds);
+      }
     }
+    // LL on sizes [0, i), LL128 on [i, j), Simple on [j, m).
+    auto cost = [&](std::size_t i, std::size_t j) {
+      const std::size_t cut[4] = {0, i, j, m};
+      double total = 0;
+      for (int p = 0; p < 3; ++p) {
+        const std::size_t sizes = cut[p + 1] - cut[p];
+        if (sizes == 0) continue;
+        if (sizes < 2) return std::numeric_limits<double>::infinity();
+        total += line_residual(prefix[p][begin_of(cut[p + 1])] - prefix[p][begin_of(cut[p])]);
+      }
+      return total;
+    };
     double best_cost = std::numeric_limits<double>::infinity();
     std::array<std::size_t, 2> best_cut{0, 0};
-    for (std::size_t i = 0; i <= m; ++i) {
-      for (std::size_t j = i; j <= m; ++j) {
-        const std::size_t cut[4] = {0, i, j, m};
-        double cost = 0;
-        for (int p = 0; p < 3 && std::isfinite(cost); ++p) {
-          const std::size_t sizes = cut[p + 1] - cut[p];
-          if (sizes == 0) continue;
-          if (sizes < 2) {
-            cost = std::numeric_limits<double>::infinity();
-            break;
-          }
-          std::vector<const CollectiveSample*> points;
-          std::vector<Assignment> terms;
-          for (std::size_t k = begin_of(cut[p]); k < begin_of(cut[p + 1]); ++k) {
-            if (!std::isfinite(by_protocol[k][p].latency)) {
-              cost = std::numeric_limits<double>::infinity();
-              break;
-            }
-            points.push_back(&samples[members[k]]);
-            terms.push_back(by_protocol[k][p]);
-          }
-          if (std::isfinite(cost)) cost += line_residual(points, terms);
-        }
-        if (cost < best_cost) {
-          best_cost = cost;
-          best_cut = {i, j};
-        }
+    auto consider = [&](std::size_t i, std::size_t j) {
+      const double c = cost(i, j);
+      if (c < best_cost) {
+        best_cost = c;
+        best_cut = {i, j};
+      }
+    };
+    // Every pair of cuts on a grid of at most about 512 sizes (every size when the series
+    // has no more), then every pair within one grid step of the best: O(m + 512²) instead
+    // of O(m²) pairs on the long series of an nccl-tests sweep with a fixed increment.
+    const std::size_t stride = std::max<std::size_t>(1, (m + 511) / 512);
+    std::vector<std::size_t> grid;
+    for (std::size_t c = 0; c < m; c += stride) grid.push_back(c);
+    grid.push_back(m);
+    for (std::size_t a = 0; a < grid.size(); ++a) {
+      for (std::size_t b = a; b < grid.size(); ++b) consider(grid[a], grid[b]);
+    }
+    if (stride > 1 && std::isfinite(best_cost)) {
+      const auto [ci, cj] = best_cut;
+      for (std::size_t i = ci > stride ? ci - stride : 0; i <= std::min(ci + stride, m); ++i) {
+        for (std::size_t j = std::max(i, cj > stride ? cj - stride : 0);
+             j <= std::min(cj + stride, m); ++j)
+          consider(i, j);
       }
     }
     if (!std::isfinite(best_cost)) continue;
@@ -288,6 +348,30 @@ FitRun run_passes(ClusterSpec cluster, const std::vector<CollectiveSample>& samp
   return best;
 }
 
+// A fitted scale outside cluster_bounds is not a network (a cluster file refuses it), so
+// the measurements that gave it are named rather than the scale clamped.
+void check_scales(const ClusterSpec& cluster, const std::vector<CollectiveSample>& samples,
+                  const std::map<Regime, std::vector<std::size_t>>& groups) {
+  for (const CollectiveCalibration& k : cluster.collective_calibration) {
+    for (const auto& [what, scale] :
+         {std::pair{"latency", k.latency_scale}, {"bandwidth", k.bandwidth_scale}}) {
+      if (scale >= cluster_bounds::kMinCalibrationScale &&
+          scale <= cluster_bounds::kMaxCalibrationScale)
+        continue;
+      const auto found = groups.find({k.tier, k.algorithm, k.protocol});
+      const CollectiveSample& first = samples[found == groups.end() ? 0 : found->second.front()];
+      throw InputError(
+          first.where, "collective_calibration",
+          fmt::format("the measured times give {} {}/{} a {} scale of {:.3g}, outside [{:g}, "
+                      "{:g}] of NCCL's own constants: times in another unit, or a log of "
+                      "another network?",
+                      network_tier_name(k.tier), nccl_algorithm_name(k.algorithm),
+                      nccl_protocol_name(k.protocol), what, scale,
+                      cluster_bounds::kMinCalibrationScale, cluster_bounds::kMaxCalibrationScale));
+    }
+  }
+}
+
 }  // namespace
 
 void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& samples,
@@ -319,6 +403,7 @@ void fit_collectives(ClusterSpec& cluster, const std::vector<CollectiveSample>& 
   std::map<std::tuple<NetworkTier, NcclAlgorithm, NcclProtocol>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < samples.size(); ++i)
     groups[assign(cluster, samples[i]).regime].push_back(i);
+  check_scales(cluster, samples, groups);
   for (CollectiveCalibration& k : cluster.collective_calibration) {
     const auto regime = std::make_tuple(k.tier, k.algorithm, k.protocol);
     const auto found = groups.find(regime);

@@ -8,6 +8,7 @@
 
 #include "calibrate/calibrate.h"
 #include "calibrate/fit_stats.h"
+#include "models/cluster_spec.h"
 #include "models/error.h"
 #include "simulator/compute_model.h"
 #include "simulator/simulate.h"
@@ -73,18 +74,24 @@ double overlapped_share(const TimelineOp& op, const std::vector<std::pair<double
 void check_same_plan(const Plan& plan, const Timeline& measured, const std::string& label) {
   if (measured.source != "measured") {
     throw InputError(label, "source",
-                     fmt::format("'{}': calibrate needs a timeline `shardplan execute` measured "
+                     fmt::format("{}: calibrate needs a timeline `shardplan execute` measured "
                                  "for this plan (source 'measured')",
-                                 measured.source));
+                                 quote_input(measured.source)));
   }
   for (std::size_t i = 0; i < measured.ops.size(); ++i) {
     const TimelineOp& t = measured.ops[i];
     if (t.op < 0 || static_cast<std::size_t>(t.op) >= plan.ops.size() ||
         plan.ops[static_cast<std::size_t>(t.op)].name != t.name) {
       throw InputError(label, fmt::format("ops/{}", i),
-                       fmt::format("op {} '{}' is not in the plan: the timeline was measured "
+                       fmt::format("op {} {} is not in the plan: the timeline was measured "
                                    "for another plan",
-                                   t.op, t.name));
+                                   t.op, quote_input(t.name)));
+    }
+    if (!(t.end - t.start <= kMaxMeasuredSeconds)) {
+      throw InputError(label, fmt::format("ops/{}", i),
+                       fmt::format("op {} lasts {:g} s: no op of a training step lasts an hour "
+                                   "({:g} s); are the times in another unit?",
+                                   quote_input(t.name), t.end - t.start, kMaxMeasuredSeconds));
     }
   }
 }
@@ -159,6 +166,7 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
   for (Eigen::Index j = 0; j < m; ++j)
     prior(j) = 1.0 / efficiency_of(e, classes[static_cast<std::size_t>(j)], sdpa);
   Eigen::VectorXd u = prior;
+  double raw_w = 1;  // the overlap fit's last 1 / (1 + slowdown), before its bounds
   // Alternate: efficiencies with the slowdown fixed, then the slowdown with them fixed.
   for (int pass = 0; pass < 50; ++pass) {
     Eigen::VectorXd target(n);  // each op's time without the slowdown
@@ -193,10 +201,21 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
       num += x * (base(i) - r.measured * (1.0 - r.overlap));
       den += x * x;
     }
-    const double w = std::clamp(num / den, 1.0 / 5.0, 1.0);
+    // w in [1 / (1 + max slowdown), 1]: a slowdown outside [0, max] is not kept but
+    // refused below if the fit ends there (overlap never speeds compute up: w above 1 is
+    // noise around no slowdown, held at 0).
+    raw_w = num / den;
+    const double w = std::clamp(raw_w, 1.0 / (1.0 + cluster_bounds::kMaxOverlapSlowdown), 1.0);
     const double next = 1.0 / w - 1.0;
     if (std::abs(next - slowdown) < 1e-9) break;
     slowdown = next;
+  }
+  if (fit_overlap && !(raw_w >= 1.0 / (1.0 + cluster_bounds::kMaxOverlapSlowdown))) {
+    throw InputError(label, "compute.overlap_slowdown",
+                     fmt::format("compute ops overlapping collectives ran {:.3g} times as long "
+                                 "as alone, above the {:g} the model accepts (Lee et al. 2025 "
+                                 "measure 1.4 at worst): are these ops of another plan?",
+                                 1.0 / raw_w, 1.0 + cluster_bounds::kMaxOverlapSlowdown));
   }
   std::vector<double> measured_times, predicted_times, errors;
   for (Eigen::Index i = 0; i < n; ++i) {
@@ -216,12 +235,7 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
     const double old = eff;
     std::string note =
         separate ? "" : "not separable from the other classes here: held near their common scale";
-    double fitted = 1.0 / u(j);
-    if (fitted > 1.0) {
-      fitted = 1.0;
-      note = "measured above the peak: clamped to 1";
-    }
-    eff = fitted;
+    eff = bounded_efficiency(1.0 / u(j), class_name(c, sdpa), label, note);
     report.constants.push_back({.name = class_name(c, sdpa),
                                 .unit = "",
                                 .before = old,
@@ -233,7 +247,7 @@ void fit_compute(ClusterSpec& cluster, const Plan& plan, const Timeline& measure
                                 .note = note});
   }
   if (fit_overlap) {
-    e.overlap_slowdown = std::clamp(slowdown, 0.0, 4.0);
+    e.overlap_slowdown = slowdown;
     report.constants.push_back(
         {.name = "compute.overlap_slowdown",
          .unit = "",
@@ -346,12 +360,8 @@ void fit_trace_compute(ClusterSpec& cluster, const Plan& plan, const std::vector
     } else {
       // Least squares of work ÷ efficiency against each step's time of the class, in
       // seconds: 1 ÷ efficiency = Σ time ÷ (steps × work).
-      double value = planned_work * static_cast<double>(steps.size()) / sum;
-      if (value > 1.0) {
-        value = 1.0;
-        fitted.note = "measured above the peak: clamped to 1";
-      }
-      eff = value;
+      eff = bounded_efficiency(planned_work * static_cast<double>(steps.size()) / sum,
+                               class_name(c, sdpa), label, fitted.note);
       std::vector<double> predicted(times.size(), planned_work / eff), errors;
       for (std::size_t i = 0; i < times.size(); ++i) errors.push_back(predicted[i] / times[i] - 1);
       fitted.after = eff;

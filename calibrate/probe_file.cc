@@ -21,7 +21,7 @@ ProbeFile read_probe_file(const std::string& path) {
   ProbeFile probe;
   probe.backend = r.string_or("backend", "cpu");
   if (probe.backend != "cpu" && probe.backend != "cuda") {
-    r.fail("backend", fmt::format("'{}': cpu or cuda", probe.backend));
+    r.fail("backend", fmt::format("{}: cpu or cuda", quote_input(probe.backend)));
   }
   std::vector<CollectiveSample>& samples = probe.collectives;
   const std::vector<JsonReader> groups = r.objects("collectives");
@@ -38,8 +38,8 @@ ProbeFile read_probe_file(const std::string& path) {
       rows[i].expect_only({"bytes", "seconds"});
       samples.push_back({.op = *op,
                          .layout = layout,
-                         .bytes = rows[i].number_in("bytes", 1, 0x1p50),
-                         .seconds = rows[i].number_in("seconds", 1e-9, 3600),
+                         .bytes = rows[i].number_in("bytes", 1, kMaxCollectiveBytes),
+                         .seconds = rows[i].number_in("seconds", 1e-9, kMaxMeasuredSeconds),
                          .where = fmt::format("{}: /collectives/{}/rows/{}", path, g, i)});
     }
   }
@@ -47,7 +47,7 @@ ProbeFile read_probe_file(const std::string& path) {
     const std::vector<JsonReader> kernels = r.objects("kernels");
     for (const JsonReader& k : kernels) {
       const std::string kind = k.string("kind");
-      ProbeKernel kernel{.seconds = k.number_in("seconds", 1e-9, 3600)};
+      ProbeKernel kernel{.seconds = k.number_in("seconds", 1e-9, kMaxMeasuredSeconds)};
       if (kind == "gemm") {
         k.expect_only({"kind", "m", "n", "k", "seconds"});
         kernel.m = k.integer_in("m", 1, int64_t{1} << 24);
@@ -56,9 +56,9 @@ ProbeFile read_probe_file(const std::string& path) {
       } else if (kind == "copy") {
         k.expect_only({"kind", "bytes", "seconds"});
         kernel.gemm = false;
-        kernel.bytes = k.number_in("bytes", 1, 0x1p50);
+        kernel.bytes = k.number_in("bytes", 1, kMaxCollectiveBytes);
       } else {
-        k.fail("kind", fmt::format("'{}': gemm or copy", kind));
+        k.fail("kind", fmt::format("{}: gemm or copy", quote_input(kind)));
       }
       probe.kernels.push_back(kernel);
     }
@@ -123,12 +123,8 @@ void fit_probe_kernels(ClusterSpec& cluster, const std::vector<ProbeKernel>& ker
     const ScaleFit f = fit_scale(work, seconds, 1.0 / eff);
     const double before = eff;
     std::string note;
-    eff = 1.0 / f.u;
-    if (eff > 1.0) {
-      eff = 1.0;
-      note = "measured above the peak: clamped to 1";
-    }
     const std::string name = gemm ? "compute.gemm_efficiency" : "compute.elementwise_efficiency";
+    eff = bounded_efficiency(1.0 / f.u, name, label, note);
     report.constants.push_back({.name = name,
                                 .unit = "",
                                 .before = before,

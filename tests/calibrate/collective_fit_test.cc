@@ -1,6 +1,7 @@
 // Collective calibration: scales recovered exactly from measurements the model itself
 // made with known scales, and published nccl-tests tables predicted at sizes the fit
 // never saw.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/calibrate.h"
+#include "models/error.h"
 
 namespace shardplan {
 namespace {
@@ -95,6 +97,67 @@ TEST(CollectiveFit, RecoversKnownScalesExactly) {
   ASSERT_EQ(report.checks.size(), 1u);
   EXPECT_LT(report.checks[0].rms_after, 1e-9);
   EXPECT_GT(report.checks[0].rms_before, 0.05);
+}
+
+// A series as long as an nccl-tests sweep with a fixed increment prints (2,048 sizes, here
+// 1 KiB to 2 GiB): the search for where LL, LL128 and Simple take over runs on a grid and
+// around its best cut (it was cubic in the sizes: 12.6 s for 1,000 rows), and the fit is
+// still exact on times the model made with known scales.
+TEST(CollectiveFit, LongSeriesFitsExactly) {
+  const ClusterSpec plain = load_cluster("dgx-h100", std::nullopt, std::nullopt);
+  ClusterSpec truth = plain;
+  truth.collective_calibration = {{.tier = NetworkTier::intra_node,
+                                   .algorithm = NcclAlgorithm::ring,
+                                   .protocol = NcclProtocol::ll128,
+                                   .latency_scale = 1.3,
+                                   .bandwidth_scale = 0.9},
+                                  {.tier = NetworkTier::intra_node,
+                                   .algorithm = NcclAlgorithm::ring,
+                                   .protocol = NcclProtocol::simple,
+                                   .latency_scale = 1.2,
+                                   .bandwidth_scale = 0.95}};
+  std::vector<CollectiveSample> samples;
+  const RankLayout layout{8, 8};
+  for (int i = 0; i < 2048; ++i) {
+    const double bytes = std::round(1024.0 * std::exp2(21.0 * i / 2047.0));
+    const CollectiveEstimate t = estimate_collective(truth, Collective::all_gather, bytes, layout);
+    const CollectiveEstimate p = estimate_collective(plain, Collective::all_gather, bytes, layout);
+    if (t.protocol != p.protocol) continue;
+    samples.push_back(
+        {.op = Collective::all_gather, .layout = layout, .bytes = bytes, .seconds = t.seconds});
+  }
+  ASSERT_GT(samples.size(), 1500u);
+  ClusterSpec fitted = plain;
+  CalibrationReport report;
+  fit_collectives(fitted, samples, report);
+  ASSERT_EQ(report.checks.size(), 1u);
+  EXPECT_LT(report.checks[0].rms_after, 1e-9);
+}
+
+// Times a thousand times off NCCL's own constants (microseconds read as seconds) give
+// scales no cluster file accepts: an error naming a measurement, not a clamped scale.
+TEST(CollectiveFit, ScalesOutsideTheirRangeNameTheMeasurement) {
+  const ClusterSpec plain = load_cluster("dgx-h100", std::nullopt, std::nullopt);
+  std::vector<CollectiveSample> samples;
+  for (double bytes = 1024; bytes <= 8.0 * (1 << 30); bytes *= 2) {
+    const double us =
+        estimate_collective(plain, Collective::all_gather, bytes, {8, 8}).seconds * 1e6;
+    samples.push_back({.op = Collective::all_gather,
+                       .layout = {8, 8},
+                       .bytes = bytes,
+                       .seconds = us,
+                       .where = fmt::format("ag.log:{}", samples.size() + 1)});
+  }
+  ClusterSpec fitted = plain;
+  CalibrationReport report;
+  try {
+    fit_collectives(fitted, samples, report);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "collective_calibration");
+    EXPECT_TRUE(e.file().starts_with("ag.log:")) << e.what();
+    EXPECT_NE(e.reason().find("outside [0.001, 1000]"), std::string::npos) << e.what();
+  }
 }
 
 // Fit to every other size of a published table; the sizes in between are predicted.

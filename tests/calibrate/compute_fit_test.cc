@@ -74,5 +74,57 @@ TEST(ComputeFit, TimelineOfAnotherPlanOrPredictedIsAnError) {
                               "measured for another plan");
 }
 
+// A measured op of 1e308 s, and ops a thousand times slower (or a hundred times faster)
+// than the plan's work at the peak: errors naming the timeline and the constant, before
+// the fitted cluster is simulated (at efficiencies near 1e-300 that never ended).
+TEST(ComputeFit, FitsOutsidePhysicalRangesNameTheTimeline) {
+  const Job job = llama_job();
+  Timeline measured = simulate(job.plan, job.cluster);
+  measured.source = "measured";
+  std::size_t compute = 0;
+  while (job.plan.ops[static_cast<std::size_t>(measured.ops[compute].op)].kind != OpKind::forward)
+    ++compute;
+  Timeline huge = measured;
+  huge.ops[compute].end = huge.ops[compute].start + 1e308;
+  ClusterSpec c = job.cluster;
+  CalibrationReport report;
+  testing::expect_input_error([&] { fit_compute(c, job.plan, huge, "m.json", report); },
+                              "ops/" + std::to_string(compute),
+                              "no op of a training step lasts an hour", "m.json");
+  for (const double factor : {1000.0, 0.01}) {
+    SCOPED_TRACE(factor);
+    Timeline scaled = measured;
+    for (TimelineOp& op : scaled.ops) {
+      op.start *= factor;
+      op.end *= factor;
+    }
+    c = job.cluster;
+    testing::expect_input_error(
+        [&] { fit_compute(c, job.plan, scaled, "m.json", report); }, "compute.gemm_efficiency",
+        factor > 1 ? "below the 0.01 of its peak" : "faster than the GPU's datasheet peak",
+        "m.json");
+  }
+}
+
+// A probe's copies faster than the measured HBM bandwidth allows by 3x: an error; by 5 %,
+// held at 1 and said so.
+TEST(ComputeFit, ProbeKernelsAboveThePeak) {
+  ClusterSpec c = load_cluster("dgx-h100", std::nullopt, std::nullopt);
+  const double bandwidth = c.gpu.hbm_measured_bandwidth_bytes_per_s;
+  auto copies = [&](double efficiency) {
+    return std::vector<ProbeKernel>{
+        {.gemm = false, .bytes = 1e9, .seconds = 1e9 / (efficiency * bandwidth)},
+        {.gemm = false, .bytes = 4e9, .seconds = 4e9 / (efficiency * bandwidth)}};
+  };
+  CalibrationReport report;
+  testing::expect_input_error([&] { fit_probe_kernels(c, copies(3.0), "p.json", report); },
+                              "compute.elementwise_efficiency", "ran 3 times faster", "p.json");
+  testing::expect_input_error([&] { fit_probe_kernels(c, copies(0.002), "p.json", report); },
+                              "compute.elementwise_efficiency", "ran 500 times slower", "p.json");
+  fit_probe_kernels(c, copies(1.05), "p.json", report);
+  EXPECT_EQ(c.compute.elementwise_efficiency, 1.0);
+  EXPECT_EQ(report.constants.back().note, "measured above the peak: held at 1");
+}
+
 }  // namespace
 }  // namespace shardplan
