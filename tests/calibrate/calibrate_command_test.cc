@@ -1,5 +1,6 @@
 // `shardplan calibrate` end to end: nccl-tests logs in, a cluster file out that every
 // command accepts, and clear errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -120,6 +121,37 @@ TEST(CalibrateCommand, BrokenCalibrationEntryIsAnError) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("bandwidth_scale"), std::string::npos) << r.err;
   std::filesystem::remove(path);
+}
+
+// A directory given as a log is named as one (it used to read as an empty log), and a
+// fit the cluster file would refuse is an error, with no file written.
+TEST(CalibrateCommand, ADirectoryOrAnAbsurdLogIsAClearError) {
+  auto r = run_shardplan({"calibrate", "--nccl-tests", kLogs});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+  // Times ten thousand times what the fabric takes (a unit slip, or a log of another
+  // network): scales that far off NCCL's constants.
+  std::string text =
+      "# Collective test starting: all_gather_perf\n"
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n";
+  for (double bytes = 1 << 20; bytes <= (1 << 30); bytes *= 2) {
+    const double us = 1e4 * (20 + 0.5 * bytes / 360e3);
+    const double algbw = bytes / (us * 1e3);
+    text +=
+        fmt::format("{:.0f} {:.0f} float none -1 {:.2f} {:.2f} {:.2f} 0 {:.2f} {:.2f} {:.2f} 0\n",
+                    bytes, bytes / 4, us, algbw, algbw / 2, us, algbw, algbw / 2);
+  }
+  const std::string log = testing::write_temp_file("all_gather_seconds.log", text);
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "shardplan-absurd-calibrated.json").string();
+  std::filesystem::remove(out);
+  r = run_shardplan({"calibrate", "--nccl-tests", log, "-o", out});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("collective_calibration: the measured times give"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(log), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

@@ -180,5 +180,119 @@ TEST(ProbeFile, BadProbesAreClearErrors) {
   std::filesystem::remove(path);
 }
 
+// What the bad-input campaign of issue 33 found: counts and sizes no nccl-tests run prints
+// were read silently, a long '#  Rank' line overflowed std::regex's stack, and a directory
+// was read as an empty log.
+TEST(NcclTestsLog, CountsAndSizesNoRunPrintsAreRefusedByLine) {
+  const std::string start = "# Collective test starting: all_reduce_perf\n";
+  const std::string ranks =
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n";
+  const std::string row =
+      "  1048576  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  104.86  104.86  0\n";
+  for (const char* gpus : {"0", "-3", "2000"}) {
+    SCOPED_TRACE(gpus);
+    expect_input_error(
+        [&] {
+          parse_nccl_tests_log(
+              start + "# nThread 1 nGpus " + gpus + " minBytes 8 maxBytes 16\n" + ranks + row,
+              "a.log");
+        },
+        "line 2", "nGpus must be in [1, 1024]", "a.log");
+  }
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + ranks +
+                                 "  -1  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  "
+                                 "104.86  104.86  0\n",
+                             "a.log");
+      },
+      "line 4", "size -1 is not a byte count");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + ranks +
+                                 "  1048576  262144  float  sum  -1  1e308  0.00  0.00  0  10.00  "
+                                 "104.86  104.86  0\n",
+                             "a.log");
+      },
+      "line 4", "at most an hour");
+  // nGpus 4 with two ranks on the one host: the header and the rank lines disagree.
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + "# nThread 1 nGpus 4 minBytes 8\n" + ranks + row, "a.log");
+      },
+      "header", "nGpus 4");
+  expect_input_error(
+      [&] {
+        parse_nccl_tests_log(start + "#  Rank  0 Group  0 Pid 1 on h device\n" + ranks + row,
+                             "a.log");
+      },
+      "line 2", "not as nccl-tests prints it");
+}
+
+TEST(NcclTestsLog, LongLinesParseInLinearTimeAndMessagesStayShort) {
+  const std::string start = "# Collective test starting: all_reduce_perf\n";
+  const std::string row =
+      "  1048576  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  104.86  104.86  0\n";
+  // A 1 MB device name: read as the device, no stack overflow.
+  const std::string name(1 << 20, 'G');
+  const NcclTestsLog log = parse_nccl_tests_log(
+      start + "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] " + name +
+          "\n#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] " + name + "\n" + row,
+      "a.log");
+  EXPECT_EQ(log.ranks, 2);
+  EXPECT_EQ(log.device.size(), name.size());
+  // A 1 MB rank that is not a count, and a start line of binary bytes: short, printable.
+  try {
+    parse_nccl_tests_log(start + "#  Rank  " + std::string(1 << 20, '7') +
+                             " Group  0 Pid 1 on h device  0 [0x1] G\n",
+                         "a.log");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "line 2");
+    EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+  }
+  try {
+    parse_nccl_tests_log(
+        "# Collective test starting: \x01\xff\xfe" + std::string(1 << 20, 'x') + "\n", "a.log");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 300u) << what;
+    EXPECT_NE(what.find("\\x01"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\x01'), std::string::npos) << what;
+  }
+}
+
+// nccl-tests before 2.10 printed no Group column.
+TEST(NcclTestsLog, RankLinesWithoutTheGroupColumn) {
+  const NcclTestsLog log = parse_nccl_tests_log(
+      "# Collective test starting: all_gather_perf\n"
+      "#   Rank  0 Pid  24546 on    dgx1 device  0 [0x06] Tesla V100-SXM2-16GB\n"
+      "#   Rank  1 Pid  24547 on    dgx1 device  1 [0x07] Tesla V100-SXM2-16GB\n"
+      "     1048576   131072  float    10.00  104.86   52.43    0    10.00  104.86   52.43  N/A\n",
+      "a.log");
+  EXPECT_EQ(log.ranks, 2);
+  EXPECT_EQ(log.device, "Tesla V100-SXM2-16GB");
+  EXPECT_EQ(log.samples.size(), 2u);
+}
+
+TEST(NcclTestsLog, RowsBeyondOneRunAreRefused) {
+  std::string text =
+      "# Collective test starting: all_reduce_perf\n"
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n";
+  const std::string row =
+      "  1048576  262144  float  sum  -1  10.00  104.86  104.86  0  10.00  104.86  104.86  0\n";
+  for (int i = 0; i < 65'537; ++i) text += row;
+  expect_input_error([&] { parse_nccl_tests_log(text, "a.log"); }, "line 65540",
+                     "more than 65536 size rows");
+}
+
+TEST(NcclTestsLog, ADirectoryOrADeviceIsNotALog) {
+  expect_input_error([&] { read_nccl_tests_log(kDir); }, "", "is a directory", kDir);
+  expect_input_error([&] { read_nccl_tests_log("/dev/zero"); }, "", "larger than");
+}
+
 }  // namespace
 }  // namespace shardplan
