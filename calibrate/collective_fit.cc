@@ -343,7 +343,11 @@ FitRun run_passes(ClusterSpec cluster, const std::vector<CollectiveSample>& samp
     std::vector<double> errors;
     for (const CollectiveSample& s : samples) errors.push_back(predict(cluster, s) / s.seconds - 1);
     const double rms = rms_of(errors);
-    if (rms < best.rms) best = {cluster, rms};
+    // The first pass stands until one fits better; a first pass that is not finite (a
+    // scale fitted to inf) gives way to any finite one, and check_scales refuses what
+    // stays absurd rather than the fit falling back to no calibration without a word.
+    if (pass == 0 || rms < best.rms || (!std::isfinite(best.rms) && std::isfinite(rms)))
+      best = {cluster, rms};
   }
   return best;
 }
