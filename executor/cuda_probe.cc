@@ -13,14 +13,16 @@
 namespace shardplan {
 namespace {
 
-// The plugin sits in lib/ beside the executable's folder (build tree: build/lib, build/cli;
-// install: prefix/lib, prefix/bin) or in the same folder.
+// The plugin sits in lib/shardplan beside the executable's folder once installed
+// (prefix/bin, prefix/lib/shardplan: cmake/install.cmake), in lib/ in the build tree
+// (build/cli, build/lib), or in the executable's own folder.
 std::vector<std::filesystem::path> plugin_candidates() {
   std::error_code error;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return {kCudaPluginFile};
   const auto dir = exe.parent_path();
-  return {dir / ".." / "lib" / kCudaPluginFile, dir / kCudaPluginFile};
+  return {dir / ".." / SHARDPLAN_PLUGIN_INSTALL_DIR / kCudaPluginFile,
+          dir / ".." / "lib" / kCudaPluginFile, dir / kCudaPluginFile};
 }
 
 }  // namespace

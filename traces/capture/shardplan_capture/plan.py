@@ -3,7 +3,10 @@ the repository), the same as ``shardplan plan --model FILE --json`` would."""
 
 from __future__ import annotations
 
+import glob
 import importlib
+import os
+import sys
 
 from .errors import CaptureError
 
@@ -18,8 +21,24 @@ def check_plan_flags(args):
             raise CaptureError(flag, "only with --plan")
 
 
+def _installed_module_dirs():
+    """Where `cmake --install --prefix P` put the module, seen from the installed capture
+    tool (P/lib/shardplan/capture): P/lib/python3*/dist-packages (cmake/install.cmake)."""
+    capture_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    lib = os.path.dirname(os.path.dirname(capture_dir))
+    return sorted(glob.glob(os.path.join(lib, "python3*", "dist-packages")))
+
+
 def import_shardplan():
     """The shardplan module, checked before the (maybe long) capture."""
+    try:
+        return importlib.import_module("shardplan")
+    except ImportError:
+        pass
+    # Installed under a prefix Python does not search: the module beside the tool.
+    for folder in _installed_module_dirs():
+        if folder not in sys.path:
+            sys.path.append(folder)
     try:
         return importlib.import_module("shardplan")
     except ImportError as exc:
