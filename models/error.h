@@ -13,9 +13,9 @@ namespace shardplan {
 class InputError : public std::runtime_error {
  public:
   // `file` is a path or a label such as "--set" or "<built-in llama3-8b>"; `field` is a
-  // JSON path such as "/gpu/hbm_bytes" or a flag name. Either may be empty. The message
-  // is made printable (printable_message), so a value echoed from a binary or huge input
-  // cannot garble or flood the user's terminal.
+  // JSON path such as "/gpu/hbm_bytes" or a flag name. Either may be empty. Each part is
+  // kept as printable_message makes it (and what() is built from them), so a value echoed
+  // from a binary or huge input cannot garble or flood the user's terminal.
   InputError(std::string file, std::string field, std::string reason);
 
   const std::string& file() const { return file_; }
@@ -23,6 +23,11 @@ class InputError : public std::runtime_error {
   const std::string& reason() const { return reason_; }
 
  private:
+  struct Parts {
+    std::string file, field, reason;
+  };
+  explicit InputError(Parts parts);
+
   std::string file_;
   std::string field_;
   std::string reason_;
