@@ -53,9 +53,18 @@ void add_job_options(CLI::App& command, JobParams& job) {
   command.add_option("--config", job.config_file, "FSDP config JSON file")
       ->check(CLI::ExistingFile);
   command.add_option("--set", job.overrides, "override a config field: key=value (repeatable)");
-  command.add_option("--from-megatron", job.from_megatron,
-                     "model, mesh and config from a Megatron-LM command line (the text, or a "
-                     "file holding it)");
+  // An empty value would read as "not given" and plan the default model.
+  command
+      .add_option("--from-megatron", job.from_megatron,
+                  "model, mesh and config from a Megatron-LM command line (the text, or a "
+                  "file holding it)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text.find_first_not_of(" \t\r\n") == std::string::npos
+                       ? "nothing to read: give a Megatron-LM command line or a file holding one"
+                       : "";
+          },
+          "TEXT|FILE"));
   command
       .add_option("--from-megatron-bridge", job.from_megatron_bridge,
                   "... from Megatron-Bridge recipe fields (JSON, or cfg.x.y = v lines)")

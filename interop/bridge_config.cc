@@ -5,11 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "interop/internal/megatron.h"
+#include "interop/internal/stack_text.h"
 #include "interop/stack_job.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -82,6 +81,18 @@ const std::vector<std::string>& preset_names() {
   return names;
 }
 
+// A JSON value inside a message: short, printable.
+std::string shown_json(const nlohmann::json& value) {
+  return quote_input(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+std::string kind_of(const nlohmann::json& value) {
+  if (value.is_array()) return fmt::format("a list of {} items", value.size());
+  if (value.is_string()) return "a string " + quote_input(value.get<std::string>());
+  if (value.is_null()) return "None";
+  return value.is_boolean() ? "a bool" : "a number";
+}
+
 // Sections with no bearing on memory or step time.
 bool ignored_section(std::string_view section) {
   for (std::string_view s : {"checkpoint", "logger", "scheduler", "rng", "profiling", "ft",
@@ -90,6 +101,16 @@ bool ignored_section(std::string_view section) {
     if (section == s) return true;
   }
   return false;
+}
+
+// The ConfigContainer's sections that hold fields (config.py @067f987), the ignored
+// ones included.
+bool is_section(std::string_view section) {
+  for (std::string_view s : {"model", "ddp", "dist", "train", "optimizer", "dataset", "tokenizer",
+                             "comm_overlap", "mixed_precision_config"}) {
+    if (section == s) return true;
+  }
+  return ignored_section(section);
 }
 
 class BridgeReader {
@@ -119,6 +140,12 @@ class BridgeReader {
     const std::string section = path.substr(0, path.find('.'));
     const std::string field =
         path.find('.') == std::string::npos ? "" : path.substr(path.find('.') + 1);
+    if (field.empty() && is_section(section)) {
+      throw InputError(label_, path,
+                       fmt::format("is a section of fields, so it must be an object "
+                                   "({{\"{}\": {{...}}}} or cfg.{}.<field> = ...), got {}",
+                                   section, section, kind_of(value)));
+    }
     if (path == "mixed_precision" || section == "mixed_precision") {
       add_precision(path, field, value);
       return;
@@ -156,8 +183,8 @@ class BridgeReader {
     const auto it = args_.values.find(dest);
     if (it != args_.values.end() && it->second.value != value && !value.is_null()) {
       throw InputError(label_, path,
-                       fmt::format("{} disagrees with {} ({})", value.dump(), it->second.name,
-                                   it->second.value.dump()));
+                       fmt::format("{} disagrees with {} ({}): give one value", shown_json(value),
+                                   it->second.name, shown_json(it->second.value)));
     }
     if (dest == "num_query_groups" && !value.is_null()) {
       args_.values["group_query_attention"] = MegatronValue{true, path};
@@ -171,9 +198,10 @@ class BridgeReader {
       if (!value.is_string()) throw InputError(label_, path, "expected a preset name");
       const nlohmann::json fields = preset(value.get<std::string>());
       if (fields.is_null()) {
-        throw InputError(label_, path,
-                         fmt::format("preset '{}' is not modelled; known: {}",
-                                     value.get<std::string>(), fmt::join(preset_names(), ", ")));
+        throw InputError(
+            label_, path,
+            fmt::format("preset {} is not modelled; known: {}",
+                        quote_input(value.get<std::string>()), fmt::join(preset_names(), ", ")));
       }
       for (const auto& [dest, v] : fields.items()) args_.values[dest] = MegatronValue{v, path};
       return;
@@ -215,6 +243,29 @@ std::string trim(std::string text) {
   return text.substr(first, last - first + 1);
 }
 
+// A Python list or number as JSON: ' as ", True/False/None as true/false/null, in one pass
+// (a replace per occurrence would be quadratic in a long list).
+std::string python_to_json(std::string_view text) {
+  std::string json;
+  json.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const std::string_view rest = text.substr(i);
+    bool replaced = false;
+    for (const auto& [from, to] : {std::pair<std::string_view, std::string_view>{"True", "true"},
+                                   {"False", "false"},
+                                   {"None", "null"}}) {
+      if (rest.substr(0, from.size()) == from) {
+        json += to;
+        i += from.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) json += text[i] == '\'' ? '"' : text[i];
+  }
+  return json;
+}
+
 // A Python or Hydra literal: True/False/None, numbers, quoted strings, lists of them; an
 // unquoted word is a string (Hydra's).
 nlohmann::json literal(const std::string& text, const std::string& label, int line) {
@@ -232,22 +283,15 @@ nlohmann::json literal(const std::string& text, const std::string& label, int li
   }
   if (!text.empty() && (text.front() == '[' || text.front() == '-' ||
                         std::isdigit(static_cast<unsigned char>(text.front())) != 0)) {
-    std::string json = text;
-    std::replace(json.begin(), json.end(), '\'', '"');
-    for (const auto& [from, to] :
-         {std::pair{"True", "true"}, {"False", "false"}, {"None", "null"}}) {
-      for (std::size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) {
-        json.replace(at, std::string_view(from).size(), to);
-      }
-    }
-    const nlohmann::json parsed = nlohmann::json::parse(json, nullptr, false);
+    const nlohmann::json parsed = nlohmann::json::parse(python_to_json(text), nullptr, false);
     if (!parsed.is_discarded()) return parsed;
     throw InputError(label, fmt::format("line {}", line),
-                     fmt::format("cannot read value '{}'", text));
+                     fmt::format("cannot read value {}", quote_input(text)));
   }
   if (text.empty() || text.find_first_of("()[]{} ") != std::string::npos) {
-    throw InputError(label, fmt::format("line {}", line),
-                     fmt::format("cannot read value '{}' (a literal is expected)", text));
+    throw InputError(
+        label, fmt::format("line {}", line),
+        fmt::format("cannot read value {} (a literal is expected)", quote_input(text)));
   }
   return text;
 }
@@ -265,8 +309,9 @@ void read_override_lines(const std::string& text, const std::string& label, Brid
     if (line.empty() || line[0] == '#') continue;
     const auto eq = line.find('=');
     if (eq == std::string::npos) {
-      throw InputError(label, fmt::format("line {}", number),
-                       fmt::format("expected 'cfg.section.field = value', got '{}'", line));
+      throw InputError(
+          label, fmt::format("line {}", number),
+          fmt::format("expected 'cfg.section.field = value', got {}", quote_input(line)));
     }
     std::string path = trim(line.substr(0, eq));
     const std::string value = trim(line.substr(eq + 1));
@@ -292,17 +337,26 @@ void read_override_lines(const std::string& text, const std::string& label, Brid
 }  // namespace
 
 StackJob read_megatron_bridge(const std::string& file) {
-  const std::string text = read_text_file(file);
+  const std::string text = read_stack_file(file);
   BridgeReader reader(file);
   const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') {
+  if (first == std::string::npos)
+    throw InputError(file, "", "the file is empty: no fields to read");
+  if (text[first] == '{') {
     flatten(parse_json_text(text, file), "", reader, file);
+  } else if (text[first] == '[') {
+    throw InputError(file, "", "a JSON list; expected an object of sections ({\"model\": {...}})");
   } else {
     read_override_lines(text, file, reader);
   }
   // Every field absent here takes Megatron-LM's command-line default, as --from-megatron.
   MegatronArgs args = reader.take();
-  return megatron_stack_job(args, StackFormat::megatron_bridge, file);
+  if (args.values.empty() && args.ignored.empty() && args.unknown.empty()) {
+    throw InputError(file, "", "holds no fields (only comments)");
+  }
+  StackJob job = megatron_stack_job(args, StackFormat::megatron_bridge, file);
+  tidy_stack_notes(job);
+  return job;
 }
 
 }  // namespace shardplan

@@ -202,6 +202,11 @@ std::vector<std::string> bridge_paths(const std::string& dest) {
   // tokenizer stays.
   if (dest == "vocab_size") return {"model.vocab_size"};
   if (dest == "tokenizer_type") return {};
+  // Read from Bridge under these names (bridge_config.cc), never written.
+  if (dest == "tokenizer_vocab_size") return {"tokenizer.vocab_size"};
+  if (dest == "pad_vocab_size") return {"model.should_pad_vocab"};
+  if (dest == "use_torch_fsdp2") return {"dist.use_torch_fsdp2"};
+  if (dest == "nccl_ub") return {"ddp.nccl_ub"};
   if (dest == "optimizer") return {"optimizer.optimizer"};
   if (dest == "ckpt_format") return {"checkpoint.ckpt_format"};
   if (dest == "num_experts") return {"model.num_moe_experts"};

@@ -6,11 +6,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "interop/internal/arg_reader.h"
+#include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
 #include "interop/internal/megatron_model.h"
+#include "interop/internal/stack_text.h"
 #include "models/error.h"
+#include "models/json_reader.h"
+#include "models/limits.h"
 
 namespace shardplan {
 namespace {
@@ -94,14 +99,30 @@ bool ignored_dest(const std::string& dest) {
                      [&](const std::string& p) { return dest.rfind(p, 0) == 0; });
 }
 
+// A parallel size: at least 1 and at most the GPUs a job may have (models/limits.h), so
+// products of sizes stay far inside int64.
+int64_t degree(ArgReader& r, const std::string& dest) {
+  const int64_t value = r.integer_or(dest, 1);
+  if (const auto reason = out_of_range_reason(value, 1, limits::kMaxGpus)) r.fail(dest, *reason);
+  return value;
+}
+
+// A count that must be positive (a batch, a sequence length); the planner bounds it
+// further.
+std::optional<int64_t> positive_count(ArgReader& r, const std::string& dest) {
+  const std::optional<int64_t> value = r.integer(dest);
+  if (value && *value < 1) r.fail(dest, fmt::format("must be positive, got {}", *value));
+  return value;
+}
+
 void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp, bool moe) {
-  if (r.integer_or("pipeline_model_parallel_size", 1) > 1) {
+  if (degree(r, "pipeline_model_parallel_size") > 1) {
     r.fail("pipeline_model_parallel_size",
            "pipeline parallelism is not modelled by shardplan (set it to 1 to plan the FSDP "
            "part, or plan one stage's layers as its own model)");
   }
   c["tp"] = tp;
-  const int64_t cp = r.integer_or("context_parallel_size", 1);
+  const int64_t cp = degree(r, "context_parallel_size");
   c["cp"] = cp;
   // Megatron turns sequence parallelism off at tp 1 (validate_args); its default is off.
   const bool sp = r.flag("sequence_parallel");
@@ -132,8 +153,8 @@ void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp, bool moe) {
     }
     return;
   }
-  c["ep"] = r.integer_or("expert_model_parallel_size", 1);
-  if (const auto etp = r.integer("expert_tensor_parallel_size")) c["etp"] = *etp;
+  c["ep"] = degree(r, "expert_model_parallel_size");
+  if (r.has("expert_tensor_parallel_size")) c["etp"] = degree(r, "expert_tensor_parallel_size");
   if (const auto dispatcher = r.text("moe_token_dispatcher_type")) {
     if (*dispatcher == "flex") {
       const std::string backend = r.text("moe_flex_dispatcher_backend").value_or("deepep");
@@ -174,7 +195,7 @@ void read_fsdp(ArgReader& r, nlohmann::json& c, bool bridge) {
     }
     r.use("data_parallel_sharding_strategy");
   }
-  const int64_t instances = r.integer_or("num_distributed_optimizer_instances", 1);
+  const int64_t instances = degree(r, "num_distributed_optimizer_instances");
   c["dp_outer"] = instances;
   if (const auto outer = r.text("outer_dp_sharding_strategy")) c["outer_strategy"] = *outer;
   // --use-nccl-ub turns on fsdp_double_buffer (validate_args).
@@ -302,9 +323,75 @@ void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
   }
 }
 
+// The file's stem names the model; one that would not print cleanly (or inline text) does not.
 std::string model_name(const std::string& label) {
-  if (label.rfind("--", 0) == 0) return "megatron-model";
-  return std::filesystem::path(label).stem().string();
+  const std::string stem =
+      label.rfind("--", 0) == 0 ? "" : std::filesystem::path(label).stem().string();
+  const bool plain =
+      !stem.empty() && stem.size() <= 64 && std::all_of(stem.begin(), stem.end(), [](char c) {
+        return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7F;
+      });
+  return plain ? stem : "megatron-model";
+}
+
+bool is_megatron_dest(const std::string& dest) {
+  static const std::set<std::string> dests = [] {
+    std::set<std::string> out;
+    for (const auto& [name, flag] : megatron_flags()) out.insert(flag.dest);
+    return out;
+  }();
+  return dests.count(dest) > 0;
+}
+
+// A Bridge field that is no Megatron argument yet one or two letters from a field the plan
+// reads is a typo: Python sets any attribute of a dataclass without a word, so Bridge
+// would train with the default and the plan should not pretend otherwise.
+class MisspeltBridgeFields {
+ public:
+  explicit MisspeltBridgeFields(const ArgReader& r) {
+    for (const std::string& asked : r.asked()) {
+      for (const std::string& field : bridge_paths(asked)) fields_.push_back(field);
+    }
+  }
+  std::optional<std::string> nearest(const std::string& path, const std::string& dest) {
+    // A ConfigContainer dump has a few hundred fields; past this many the rest are not
+    // checked (each check is an edit distance against every field read).
+    constexpr int kMaxChecked = 1000;
+    if (is_megatron_dest(dest) || ++checked_ > kMaxChecked) return std::nullopt;
+    return nearest_name(path, fields_);
+  }
+
+ private:
+  std::vector<std::string> fields_;
+  int checked_ = 0;
+};
+
+// Every argument not read lands in one list: ignored (no bearing on memory or step
+// time), not modelled, or (Bridge) unknown when it is a misspelt field.
+void account_for_the_rest(const MegatronArgs& args, const ArgReader& r, bool bridge,
+                          StackJob& job) {
+  MisspeltBridgeFields fields(r);
+  UnknownNames misspelt;
+  for (const auto& [dest, value] : args.values) {
+    if (r.used().count(dest) > 0 || value.value.is_null()) continue;
+    if (bridge) {
+      if (const auto near = fields.nearest(value.name, dest)) {
+        misspelt.add(value.name, [&] { return near; });
+        continue;
+      }
+    }
+    // A Bridge field left false (a dump lists them all) changes nothing; a command line's
+    // --no-X flag does.
+    if (value.name.rfind("--", 0) != 0 && value.value.is_boolean() && !value.value.get<bool>()) {
+      continue;
+    }
+    if (ignored_dest(dest)) {
+      job.ignored.push_back(shown_input(value.name));
+    } else {
+      job.not_modelled.push_back(shown_input(value.name) + ": read, not modelled");
+    }
+  }
+  misspelt.append_to(job.unknown);
 }
 
 }  // namespace
@@ -320,7 +407,7 @@ StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
   job.unknown = args.unknown;
   job.not_modelled = args.not_modelled;
   const bool bridge = format == StackFormat::megatron_bridge;
-  const int64_t tp = r.integer_or("tensor_model_parallel_size", 1);
+  const int64_t tp = degree(r, "tensor_model_parallel_size");
   job.model = megatron_model_json(r, model_name(label), tp, bridge);
   nlohmann::json& c = job.config;
   c["stack"] = "megatron-te";
@@ -329,29 +416,17 @@ StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
   read_fsdp(r, c, bridge);
   read_precision(r, c, fsdp);
   read_recompute(r, c, job.model["num_layers"].get<int64_t>());
-  const std::optional<int64_t> micro = r.integer("micro_batch_size");
+  const std::optional<int64_t> micro = positive_count(r, "micro_batch_size");
   if (!micro) r.fail("micro_batch_size", "is required (Megatron-LM asserts it)");
   c["micro_batch"] = *micro;
-  job.global_batch = r.integer("global_batch_size");
-  std::optional<int64_t> seq = r.integer("seq_length");
-  if (!seq) seq = r.integer("encoder_seq_length");
+  job.global_batch = positive_count(r, "global_batch_size");
+  std::optional<int64_t> seq = positive_count(r, "seq_length");
+  if (!seq) seq = positive_count(r, "encoder_seq_length");
   if (!seq) r.fail("seq_length", "is required (or --encoder-seq-length)");
   c["seq_len"] = *seq;
   if (args.expandable_segments) c["allocator"] = "expandable";
   job.not_modelled.insert(job.not_modelled.end(), r.notes().begin(), r.notes().end());
-  for (const auto& [dest, value] : args.values) {
-    if (r.used().count(dest) > 0 || value.value.is_null()) continue;
-    // A Bridge field left false (a dump lists them all) changes nothing; a command line's
-    // --no-X flag does.
-    if (value.name.rfind("--", 0) != 0 && value.value.is_boolean() && !value.value.get<bool>()) {
-      continue;
-    }
-    if (ignored_dest(dest)) {
-      job.ignored.push_back(value.name);
-    } else {
-      job.not_modelled.push_back(value.name + ": read, not modelled");
-    }
-  }
+  account_for_the_rest(args, r, bridge, job);
   return job;
 }
 

@@ -16,20 +16,24 @@ namespace {
 // --tokenizer-type GPT2BPETokenizer reads.
 constexpr int64_t kGpt2Vocab = 50257;
 
-int64_t required(ArgReader& r, const std::string& dest) {
-  const std::optional<int64_t> v = r.integer(dest);
-  if (!v) r.fail(dest, "is required (Megatron-LM asserts it); shardplan needs it for the model");
-  if (*v <= 0) r.fail(dest, fmt::format("must be positive, got {}", *v));
-  return *v;
-}
+// Model sizes (layers, widths, heads, experts, vocabulary) are read in [1, 2^24]: far above
+// any model's (the widest, 53 248 in Llama 3.1 405B's FFN; 256 experts in DeepSeek-V3), and
+// small enough that products of two (kv_channels × heads) stay far inside int64.
+constexpr int64_t kMaxModelSize = int64_t{1} << 24;
 
-// An optional size: positive when given.
+// An optional size: in range when given.
 std::optional<int64_t> positive(ArgReader& r, const std::string& dest) {
   const std::optional<int64_t> v = r.integer(dest);
-  if (v && (*v <= 0 || *v > (int64_t{1} << 24))) {
+  if (v && (*v <= 0 || *v > kMaxModelSize)) {
     r.fail(dest, fmt::format("must be in [1, 2^24], got {}", *v));
   }
   return v;
+}
+
+int64_t required(ArgReader& r, const std::string& dest) {
+  const std::optional<int64_t> v = positive(r, dest);
+  if (!v) r.fail(dest, "is required (Megatron-LM asserts it); shardplan needs it for the model");
+  return *v;
 }
 
 // --moe-layer-freq: N (every Nth layer, from the first) or a Python list expression of
@@ -150,10 +154,10 @@ void read_moe(ArgReader& r, nlohmann::json& m, int64_t num_layers, int64_t ffn) 
   m["family"] = "moe";
   m["num_experts"] = required(r, "num_experts");
   // Megatron's --moe-router-topk default (TransformerConfig.moe_router_topk = 2).
-  m["experts_per_token"] = r.integer_or("moe_router_topk", 2);
+  m["experts_per_token"] = positive(r, "moe_router_topk").value_or(2);
   const int64_t expert_ffn = positive(r, "moe_ffn_hidden_size").value_or(ffn);
   m["moe_ffn_hidden_size"] = expert_ffn;
-  if (const auto shared = r.integer("moe_shared_expert_intermediate_size")) {
+  if (const auto shared = positive(r, "moe_shared_expert_intermediate_size")) {
     // Megatron gives the shared experts' total width; the model counts experts of the
     // routed experts' width.
     if (*shared % expert_ffn != 0) {
@@ -189,7 +193,7 @@ void read_attention(ArgReader& r, nlohmann::json& m, int64_t hidden, int64_t hea
   if (!gqa && r.has("num_query_groups")) {
     r.not_modelled("num_query_groups", "ignored without --group-query-attention, as Megatron does");
   }
-  if (const auto kv_channels = r.integer("kv_channels");
+  if (const auto kv_channels = positive(r, "kv_channels");
       kv_channels && *kv_channels * heads != hidden) {
     m["head_dim"] = *kv_channels;
   }
@@ -277,7 +281,14 @@ nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_
                                   r.number("attention_dropout").value_or(0.1));
   if (dropout > 0) m["dropout"] = true;
   if (r.text("attention_backend") == "unfused") m["flash_attention"] = false;
-  if (r.has("num_experts")) read_moe(r, m, layers, ffn);
+  if (r.has("num_experts") && r.integer("num_experts") == 1) {
+    // Megatron-DeepSpeed's dense scripts pass --num-experts 1 (its default, a list of one):
+    // one expert per layer is the dense MLP, which Megatron-LM's router (top-2 by default)
+    // could not route to anyway.
+    r.not_modelled("num_experts", "one expert per layer is a dense MLP; read as no experts");
+  } else if (r.has("num_experts")) {
+    read_moe(r, m, layers, ffn);
+  }
   return m;
 }
 

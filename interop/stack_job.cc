@@ -5,7 +5,7 @@
 #include "interop/internal/embedded.h"
 #include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
-#include "interop/internal/shell_words.h"
+#include "interop/internal/stack_text.h"
 #include "models/embedded_files.h"
 #include "models/error.h"
 #include "models/json_reader.h"
@@ -47,9 +47,19 @@ StackJob read_megatron_args(const std::string& text_or_file) {
   const bool inline_text =
       text_or_file.rfind("--", 0) == 0 || text_or_file.find_first_of(" \t\n") != std::string::npos;
   const std::string label = inline_text ? "--from-megatron" : text_or_file;
-  const std::string text = inline_text ? text_or_file : read_text_file(text_or_file);
-  const MegatronArgs args = parse_megatron_words(shell_words(text, label), label);
-  return megatron_stack_job(args, StackFormat::megatron_args, label);
+  if (text_or_file.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw InputError("--from-megatron", "",
+                     "nothing to read: give a Megatron-LM command line or a file holding one");
+  }
+  const std::string text =
+      inline_text ? stack_text(text_or_file, label) : read_stack_file(text_or_file);
+  if (text.find_first_not_of(" \t\n") == std::string::npos) {
+    throw InputError(label, "", "the file is empty: nothing to read");
+  }
+  const MegatronArgs args = parse_megatron_script(text, label);
+  StackJob job = megatron_stack_job(args, StackFormat::megatron_args, label);
+  tidy_stack_notes(job);
+  return job;
 }
 
 StackJob read_stack_config(StackFormat format, const std::string& input) {
@@ -87,19 +97,28 @@ ModelSpec stack_job_model(const StackJob& job) {
 
 int64_t grad_accum_from_global_batch(const StackJob& job, int64_t global_batch, int64_t micro_batch,
                                      int64_t data_parallel) {
-  const int64_t per_step = micro_batch * data_parallel;
-  if (global_batch % per_step != 0) {
+  // Each reader checks its own fields; this guards the division itself, whatever calls it.
+  for (const auto& [name, value] :
+       {std::pair{"global batch", global_batch}, std::pair{"micro-batch", micro_batch},
+        std::pair{"data-parallel ranks", data_parallel}}) {
+    if (value < 1)
+      throw InputError(job.label, name, fmt::format("must be positive, got {}", value));
+  }
+  int64_t per_step = 0;
+  const bool overflow = __builtin_mul_overflow(micro_batch, data_parallel, &per_step);
+  if (overflow || global_batch % per_step != 0) {
     throw InputError(job.label, "global batch",
                      fmt::format("{} sequences is not a multiple of micro-batch {} × {} "
-                                 "data-parallel ranks = {}",
-                                 global_batch, micro_batch, data_parallel, per_step));
+                                 "data-parallel ranks",
+                                 global_batch, micro_batch, data_parallel) +
+                         (overflow ? "" : fmt::format(" = {}", per_step)));
   }
   return global_batch / per_step;
 }
 
 nlohmann::json stack_job_notes_json(const StackJob& job) {
   return {{"format", stack_format_name(job.format)},
-          {"input", job.label},
+          {"input", printable_message(job.label, 512)},
           {"ignored", job.ignored},
           {"not_modelled", job.not_modelled},
           {"unknown", job.unknown}};
@@ -107,18 +126,19 @@ nlohmann::json stack_job_notes_json(const StackJob& job) {
 
 std::string stack_job_notes_text(const StackJob& job) {
   std::string out;
+  const std::string label = printable_message(job.label, 512);
   if (!job.unknown.empty()) {
-    out += fmt::format("shardplan: warning: {}: not {} arguments, left out: {}\n", job.label,
+    out += fmt::format("shardplan: warning: {}: not {} arguments, left out: {}\n", label,
                        stack_format_name(job.format), fmt::join(job.unknown, "; "));
   }
   for (const std::string& note : job.not_modelled) {
-    out += fmt::format("shardplan: note: {}: {}\n", job.label, note);
+    out += fmt::format("shardplan: note: {}: {}\n", label, note);
   }
   if (!job.ignored.empty()) {
     out += fmt::format(
         "shardplan: note: {}: {} argument(s) with no effect on memory or step "
         "time ignored ({})\n",
-        job.label, job.ignored.size(), fmt::join(job.ignored, ", "));
+        label, job.ignored.size(), fmt::join(job.ignored, ", "));
   }
   return out;
 }

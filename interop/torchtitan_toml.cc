@@ -5,13 +5,14 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 
+#include "interop/internal/stack_text.h"
 #include "interop/internal/torchtitan.h"
 #include "interop/stack_job.h"
 #include "models/error.h"
-#include "models/suggest.h"
+#include "models/json_reader.h"
+#include "models/limits.h"
 
 namespace shardplan {
 namespace {
@@ -149,9 +150,31 @@ int64_t positive(const TomlReader& t, std::string_view section, std::string_view
   return v;
 }
 
+// A parallel degree: at least 1 and at most the GPUs a job may have (models/limits.h).
+int64_t degree(const TomlReader& t, std::string_view section, std::string_view key) {
+  const int64_t v = t.integer(section, key).value_or(1);
+  if (const auto reason = out_of_range_reason(v, 1, limits::kMaxGpus))
+    t.fail(section, key, *reason);
+  return v;
+}
+
+// A setting torchtitan types as a Literal (job_config.py @238fa99): any other value is
+// refused there, so it is here, with the values it takes.
+std::string one_of(const TomlReader& t, std::string_view section, std::string_view key,
+                   std::initializer_list<std::string_view> accepted, std::string_view fallback) {
+  const std::string value = t.text(section, key).value_or(std::string(fallback));
+  if (std::find(accepted.begin(), accepted.end(), value) == accepted.end()) {
+    t.fail(section, key,
+           fmt::format("{} is not one of torchtitan's values: {}", quote_input(value),
+                       fmt::join(accepted, ", ")));
+  }
+  return value;
+}
+
 // After reading: sections and keys outside the schema (torchtitan raises on them) are
 // listed as unknown; those in it that the plan does not depend on, as ignored.
 void check_schema(const TomlReader& t, StackJob& job) {
+  UnknownNames unknown;
   for (const auto& [name, node] : t.root()) {
     const std::string section(name.str());
     const auto known = std::find_if(sections().begin(), sections().end(),
@@ -161,7 +184,7 @@ void check_schema(const TomlReader& t, StackJob& job) {
       if (std::find(skipped.begin(), skipped.end(), section) != skipped.end()) {
         job.ignored.push_back("[" + section + "]");
       } else if (section != "quantize" && section != "float8" && section != "mx") {
-        job.unknown.push_back("[" + section + "]");
+        unknown.add("[" + section + "]");
       }
       continue;
     }
@@ -169,14 +192,14 @@ void check_schema(const TomlReader& t, StackJob& job) {
     for (const auto& [key_name, value] : *node.as_table()) {
       const std::string key(key_name.str());
       if (std::find(known->keys.begin(), known->keys.end(), key) == known->keys.end()) {
-        const std::optional<std::string> near = closest_name(key, known->keys);
-        job.unknown.push_back(
-            fmt::format("[{}] {}{}", section, key, near ? " (did you mean " + *near + "?)" : ""));
+        unknown.add(fmt::format("[{}] {}", section, key),
+                    [&] { return nearest_name(key, known->keys); });
       } else if (!t.used(section, key)) {
         job.ignored.push_back(fmt::format("[{}] {}", section, key));
       }
     }
   }
+  unknown.append_to(job.unknown);
 }
 
 void read_model(const TomlReader& t, StackJob& job) {
@@ -185,8 +208,8 @@ void read_model(const TomlReader& t, StackJob& job) {
   const auto flavour = torchtitan_flavour(name, flavor);
   if (!flavour) {
     t.fail("model", "flavor",
-           fmt::format("'{}' flavour '{}' has no built-in shape in shardplan; known: {}", name,
-                       flavor, torchtitan_flavour_list()));
+           fmt::format("{} flavour {} has no built-in shape in shardplan; known: {}",
+                       quote_input(name), quote_input(flavor), torchtitan_flavour_list()));
   }
   if (flavour->zoo == "llama3-debugmodel") {
     // torchtitan's default flavour (models/llama3/__init__.py @238fa99): dim 256, 6 layers,
@@ -218,16 +241,18 @@ void read_model(const TomlReader& t, StackJob& job) {
 void read_parallelism(const TomlReader& t, StackJob& job) {
   nlohmann::json& c = job.config;
   const char* s = "parallelism";
-  if (positive(t, s, "pipeline_parallel_degree", 1) > 1) {
+  if (degree(t, s, "pipeline_parallel_degree") > 1) {
     t.fail(s, "pipeline_parallel_degree", "pipeline parallelism is not modelled by shardplan");
   }
-  const int64_t replicate = positive(t, s, "data_parallel_replicate_degree", 1);
+  const int64_t replicate = degree(t, s, "data_parallel_replicate_degree");
   const int64_t shard = t.integer(s, "data_parallel_shard_degree").value_or(-1);
-  if (shard == 0 || shard < -1) {
-    t.fail(s, "data_parallel_shard_degree", fmt::format("must be positive or -1, got {}", shard));
+  if (shard != -1 && out_of_range_reason(shard, 1, limits::kMaxGpus)) {
+    t.fail(
+        s, "data_parallel_shard_degree",
+        fmt::format("must be -1 (the GPUs left) or in [1, {}], got {}", limits::kMaxGpus, shard));
   }
-  const int64_t tp = positive(t, s, "tensor_parallel_degree", 1);
-  const int64_t cp = positive(t, s, "context_parallel_degree", 1);
+  const int64_t tp = degree(t, s, "tensor_parallel_degree");
+  const int64_t cp = degree(t, s, "context_parallel_degree");
   c["tp"] = tp;
   c["cp"] = cp;
   // FSDP is applied when dp_shard > 1 or cp > 1 (parallel_dims.py); otherwise the replicas
@@ -242,27 +267,29 @@ void read_parallelism(const TomlReader& t, StackJob& job) {
   } else {
     c["dp_outer"] = replicate;
     if (shard > 0) c["dp_shard"] = shard;
-    const std::string reshard = t.text(s, "fsdp_reshard_after_forward").value_or("default");
-    if (reshard == "never") {
-      c["sharding_strategy"] = "optim_grads";
-    } else if (reshard != "default" && reshard != "always") {
-      t.fail(s, "fsdp_reshard_after_forward",
-             fmt::format("'{}' is not default, always or never", reshard));
-    }
+    const std::string reshard =
+        one_of(t, s, "fsdp_reshard_after_forward", {"default", "always", "never"}, "default");
+    if (reshard == "never") c["sharding_strategy"] = "optim_grads";
   }
-  if (shard > 0) job.gpus = replicate * shard * cp * tp;
+  if (shard > 0) {
+    // Each degree is at most 2^20, so the product of four fits in int64; the job's limit
+    // is checked where the cluster is built.
+    job.gpus = replicate * shard * cp * tp;
+  }
   if (t.boolean(s, "disable_loss_parallel").value_or(false)) c["vocab_parallel_loss"] = false;
   if (t.boolean(s, "enable_async_tensor_parallel").value_or(false)) c["tp_comm_overlap"] = true;
-  const std::string rotate = t.text(s, "context_parallel_rotate_method").value_or("allgather");
+  const std::string rotate =
+      one_of(t, s, "context_parallel_rotate_method", {"allgather", "alltoall"}, "allgather");
   if (cp > 1) c["cp_comm"] = rotate == "alltoall" ? "a2a" : "all_gather";
-  const int64_t ep = positive(t, s, "expert_parallel_degree", 1);
+  const int64_t ep = degree(t, s, "expert_parallel_degree");
+  const int64_t etp = degree(t, s, "expert_tensor_parallel_degree");
+  const std::string backend =
+      one_of(t, s, "expert_parallel_comm_backend", {"standard", "deepep"}, "standard");
   if (ep > 1) {
     c["ep"] = ep;
     // torchtitan dispatches with all-to-all (or DeepEP); etp is 1 or tp.
-    c["etp"] = positive(t, s, "expert_tensor_parallel_degree", 1);
-    c["moe_dispatcher"] = t.text(s, "expert_parallel_comm_backend").value_or("standard") == "deepep"
-                              ? "deepep"
-                              : "alltoall";
+    c["etp"] = etp;
+    c["moe_dispatcher"] = backend == "deepep" ? "deepep" : "alltoall";
   }
 }
 
@@ -271,13 +298,20 @@ void read_training(const TomlReader& t, StackJob& job) {
   const char* s = "training";
   c["micro_batch"] = positive(t, s, "local_batch_size", 8);
   c["seq_len"] = positive(t, s, "seq_len", 2048);
-  if (const auto global = t.integer(s, "global_batch_size"); global && *global > 0) {
+  // torchtitan's default -1: local_batch_size × the data-parallel ranks, one micro-batch.
+  if (const auto global = t.integer(s, "global_batch_size"); global && *global != -1) {
+    if (*global < 1) {
+      t.fail(s, "global_batch_size", fmt::format("must be positive or -1, got {}", *global));
+    }
     job.global_batch = *global;
   }
-  if (t.text(s, "dtype").value_or("float32") == "bfloat16") c["main_param_dtype"] = "bf16";
-  if (t.text(s, "mixed_precision_param").value_or("bfloat16") == "float32") {
+  if (one_of(t, s, "dtype", {"bfloat16", "float32"}, "float32") == "bfloat16") {
+    c["main_param_dtype"] = "bf16";
+  }
+  if (one_of(t, s, "mixed_precision_param", {"bfloat16", "float32"}, "bfloat16") == "float32") {
     c["param_dtype"] = "fp32";
   }
+  one_of(t, s, "mixed_precision_reduce", {"float32"}, "float32");
   if (t.boolean(s, "enable_cpu_offload").value_or(false)) {
     job.not_modelled.push_back(
         "[training] enable_cpu_offload: FSDP's CPU offload of "
@@ -289,7 +323,8 @@ void read_checkpointing(const TomlReader& t, StackJob& job) {
   nlohmann::json& c = job.config;
   const char* s = "activation_checkpoint";
   // torchtitan's defaults: selective, every second layer.
-  const std::string mode = t.text(s, "mode").value_or("selective");
+  const std::string mode =
+      one_of(t, s, "mode", {"selective", "full", "memory_budget", "none"}, "selective");
   if (mode == "none" || mode == "full") {
     c["recompute"] = mode;
   } else if (mode == "selective") {
@@ -302,15 +337,13 @@ void read_checkpointing(const TomlReader& t, StackJob& job) {
       c["recompute_every"] = std::stoll(option);
     } else {
       t.fail(s, "selective_ac_option",
-             fmt::format("'{}' is not 'op' or a positive integer", option));
+             fmt::format("{} is not 'op' or a positive integer", quote_input(option)));
     }
-  } else if (mode == "memory_budget") {
+  } else {  // memory_budget
     c["recompute"] = "sac_op";
     job.not_modelled.push_back(
         "[activation_checkpoint] mode memory_budget: modelled as the "
         "per-op policy (\"op\")");
-  } else {
-    t.fail(s, "mode", fmt::format("'{}' is not none, selective, full or memory_budget", mode));
   }
 }
 
@@ -346,7 +379,8 @@ void read_float8(const TomlReader& t, StackJob& job) {
   for (const std::string& name : converters) {
     if (name != "float8" && name != "quantize.linear.float8" && name != "mx" &&
         name != "quantize.linear.mx") {
-      job.not_modelled.push_back(fmt::format("[model] converters {}: not modelled", name));
+      job.not_modelled.push_back(
+          fmt::format("[model] converters {}: not modelled", shown_input(name)));
     }
   }
   if (!float8 && !mx) {
@@ -375,10 +409,16 @@ void read_float8(const TomlReader& t, StackJob& job) {
     c["fp8_param_gather"] = *gather->value<bool>();
   }
   if (const auto* recipe = table->get("recipe_name")) {
-    const std::string name = recipe->value<std::string>().value_or("");
-    if (name != "tensorwise") {
+    const std::optional<std::string> name = recipe->value<std::string>();
+    constexpr std::string_view kRecipes[] = {"tensorwise", "rowwise", "rowwise_with_gw_hp"};
+    if (!name || std::find(std::begin(kRecipes), std::end(kRecipes), *name) == std::end(kRecipes)) {
+      t.fail(prefix, "recipe_name",
+             fmt::format("{} is not one of torchtitan's values: {}",
+                         name ? quote_input(*name) : "a non-string", fmt::join(kRecipes, ", ")));
+    }
+    if (*name != "tensorwise") {
       job.not_modelled.push_back(
-          fmt::format("[{}] recipe_name {}: modelled as per-tensor scaling", prefix, name));
+          fmt::format("[{}] recipe_name {}: modelled as per-tensor scaling", prefix, *name));
     }
   }
 }
@@ -391,8 +431,8 @@ void read_optimizer(const TomlReader& t, StackJob& job) {
   }
   const std::string name = t.text("optimizer", "name").value_or("AdamW");
   if (name != "AdamW" && name != "Adam") {
-    job.not_modelled.push_back(
-        fmt::format("[optimizer] name {}: modelled as AdamW (two states per parameter)", name));
+    job.not_modelled.push_back(fmt::format(
+        "[optimizer] name {}: modelled as AdamW (two states per parameter)", shown_input(name)));
   }
 }
 
@@ -421,14 +461,18 @@ std::string torchtitan_flavour_list() {
 }
 
 StackJob read_torchtitan_toml(const std::string& file) {
-  if (!std::ifstream(file)) throw InputError(file, "", "cannot open file");
+  const std::string text = read_stack_file(file);
   toml::table root;
   try {
-    root = toml::parse_file(file);
+    root = toml::parse(text, file);
   } catch (const toml::parse_error& error) {
     const auto& where = error.source().begin;
     throw InputError(file, fmt::format("line {}, column {}", where.line, where.column),
                      std::string(error.description()));
+  }
+  if (root.empty()) {
+    // torchtitan would train its debug model; an empty file is far likelier a mistake.
+    throw InputError(file, "", "holds no settings (an empty TOML); nothing to read");
   }
   const TomlReader t(root, file);
   StackJob job;
@@ -442,6 +486,7 @@ StackJob read_torchtitan_toml(const std::string& file) {
   read_float8(t, job);
   read_optimizer(t, job);
   check_schema(t, job);
+  tidy_stack_notes(job);
   return job;
 }
 

@@ -36,6 +36,8 @@ class ArgReader {
 
   const std::string& label() const { return label_; }
   const std::set<std::string>& used() const { return used_; }
+  // Every argument the reading asked for, given or not.
+  const std::set<std::string>& asked() const { return asked_; }
   const std::vector<std::string>& notes() const { return notes_; }
 
  private:
@@ -44,6 +46,7 @@ class ArgReader {
   const MegatronArgs& args_;
   std::string label_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;
   std::vector<std::string> notes_;
 };
 

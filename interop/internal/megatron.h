@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "interop/stack_job.h"
@@ -42,11 +43,22 @@ const std::map<std::string, MegatronFlag>& megatron_flags();
 // The option string for a dest, as `emit` writes it (the first alias in the table).
 std::string megatron_flag_for(const std::string& dest);
 
-// Words of a command line or a launch script: Megatron's flags wherever they stand (a
-// script defines its arrays before the torchrun line), torchrun's own flags (the GPU
-// count), other words (commands, the script, unexpanded variables) listed as ignored.
-// Unknown flags are kept in `unknown` with the nearest known one.
-MegatronArgs parse_megatron_words(const std::vector<std::string>& words, const std::string& label);
+// The words of a launch script's commands (each command's words apart, so a flag's values
+// end with its command): Megatron's flags, the launcher's own flags (torchrun's, the
+// DeepSpeed launcher's: the GPU count), other words (commands, the script, values left as
+// written) listed as ignored. Unknown flags are kept in `unknown`, the first few with the
+// nearest known one. A flag given twice keeps its last value, as Megatron's argparse does,
+// with a note when the values differ.
+MegatronArgs parse_megatron_words(const std::vector<std::vector<std::string>>& commands,
+                                  const std::string& label);
+
+// The arguments a launch script (or a command line) passes, read as bash would run it
+// (shell_script.h): the words of its commands, but `echo`'s and `printf`'s, which only print
+// theirs. A script whose commands pass no flag is a file of arrays to paste (what `--emit
+// megatron-args` writes): its variables that hold flags and that no command uses are the
+// arguments. PYTORCH_CUDA_ALLOC_CONF as the launcher sees it (exported, or set before the
+// command) gives the allocator; what the script left unread is noted.
+MegatronArgs parse_megatron_script(std::string_view text, const std::string& label);
 
 // The job the arguments describe (model, config, GPUs, batch), with every argument
 // accounted for in the StackJob's lists.

@@ -130,5 +130,46 @@ TEST(StackConfigCommand, BadCombinationsAreErrors) {
   }
 }
 
+// Issue 33: inputs that became the default job, or a crash.
+TEST(StackConfigCommand, EmptyOrBrokenStackInputIsAnError) {
+  struct Bad {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string zero_micro =
+      "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 "
+      "--max-position-embeddings 512 --vocab-size 32000 --micro-batch-size 0 "
+      "--global-batch-size 64";
+  const std::vector<Bad> cases = {
+      {{"plan", "--from-megatron", ""}, "--from-megatron: nothing to read"},
+      {{"plan", "--from-megatron", " "}, "--from-megatron: nothing to read"},
+      {{"plan", "--from-megatron", zero_micro},
+       "shardplan: error: --from-megatron: --micro-batch-size: must be positive, got 0"},
+      {{"plan", "--from-torchtitan", write_file("int8.toml", "[training]\ndtype = \"int8\"\n")},
+       "[training] dtype: 'int8' is not one of torchtitan's values: bfloat16, float32"},
+      {{"plan", "--from-torchtitan", "/dev/zero"}, "/dev/zero: the input is larger than"},
+      {{"plan", "--from-megatron-bridge", write_file("list.json", R"({"model": []})")},
+       "model: is a section of fields, so it must be an object"},
+  };
+  for (const Bad& bad : cases) {
+    const CommandResult r = run_shardplan(bad.args);
+    EXPECT_NE(r.exit_code, 0) << bad.message;
+    EXPECT_THAT(r.err, HasSubstr(bad.message));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+// A published launch script with its flags in quoted string variables plans end to end.
+TEST(StackConfigCommand, PlansAQuotedStringLaunchScript) {
+  const CommandResult r =
+      run_shardplan({"plan", "--from-megatron",
+                     kData + "launch_scripts/megatron_lm_pretrain_gpt_distributed.sh", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = stdout_json(r);
+  EXPECT_EQ(j["num_gpus"], 8);
+  EXPECT_EQ(j["config"]["micro_batch"], 8);
+  EXPECT_TRUE(j["stack_input"]["unknown"].empty());
+}
+
 }  // namespace
 }  // namespace shardplan::testing

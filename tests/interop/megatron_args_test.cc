@@ -197,15 +197,15 @@ TEST(MegatronArgs, ErrorsNameTheFlag) {
   expect_input_error([] { read_megatron_args(kMinimal + "--tensor-model-parallel-size two"); },
                      "--tensor-model-parallel-size", "expected a number, got 'two'");
   expect_input_error([] { read_megatron_args(kMinimal + "--tensor-model-parallel-size $TP"); },
-                     "--tensor-model-parallel-size", "unexpanded shell variable");
+                     "--tensor-model-parallel-size", "a shell variable or command left unexpanded");
   expect_input_error([] { read_megatron_args(kMinimal + "--pipeline-model-parallel-size 4"); },
                      "--pipeline-model-parallel-size", "pipeline parallelism is not modelled");
   expect_input_error([] { read_megatron_args(kMinimal + "--recompute-granularity full"); },
                      "--recompute-method", "is required with --recompute-granularity full");
   expect_input_error([] { read_megatron_args(kMinimal + "--swiglu=yes"); }, "--swiglu",
                      "takes no value");
-  expect_input_error([] { read_megatron_args(kMinimal + "--split '99,1"); }, "", "unclosed ' quote",
-                     "--from-megatron");
+  expect_input_error([] { read_megatron_args(kMinimal + "--split '99,1"); }, "line 1",
+                     "unclosed ' quote", "--from-megatron");
   expect_input_error([] { read_megatron_args("/no/such/args.sh"); }, "", "cannot open file",
                      "/no/such/args.sh");
   expect_input_error(
