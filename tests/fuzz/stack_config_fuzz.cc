@@ -1,6 +1,7 @@
 // A training stack's config -> the job it describes -> resolved on a DGX H100 node -> the
 // same job written back in that stack's format. The first line names the format
-// (megatron-args, megatron-bridge or torchtitan); the rest is the config text.
+// (megatron-args, megatron-bridge or torchtitan); the rest is the config text (for
+// megatron-args, a launch script read as bash would run it).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       out.write(input.data(), static_cast<std::streamsize>(input.size()));
     }
     const StackJob job = read_stack_config(*format, path);
+    // Notes echo the input: they must stay printable, short and valid UTF-8 (dump throws
+    // on invalid UTF-8).
+    const std::string notes = stack_job_notes_json(job).dump();
+    fuzz::require(notes.size() < 400 * 320, "notes are bounded");
     const ModelSpec model = stack_job_model(job);
     fuzz::require(model.num_layers <= 10000, "the model reader bounds the layers");
     const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, job.gpus.value_or(8));
