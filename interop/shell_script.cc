@@ -699,16 +699,22 @@ void Interpreter::assign(const Assignment& a) {
     return;
   }
   ShellVariable* variable = script_.variables.find(a.name);
-  const bool plain =
-      a.index.size() < 7 && a.index.find_first_not_of("0123456789") == std::string::npos;
+  // Launch scripts index small arrays; a larger index is left unread rather than
+  // allocated.
+  const bool plain = !a.index.empty() && a.index.size() < 5 &&
+                     a.index.find_first_not_of("0123456789") == std::string::npos;
   if (!plain) {
-    not_read(a.line, a.name + "[" + a.index + "]=", "an array index it cannot work out");
+    not_read(a.line, a.name + "[" + a.index + "]=", "an index other than a number below 10000");
     return;
   }
   const std::size_t index = std::stoul(a.index);
   std::vector<std::string> values =
       variable != nullptr ? variable->values : std::vector<std::string>{};
-  if (values.size() <= index) values.resize(index + 1);
+  if (values.size() <= index) {
+    budget_.spend(static_cast<int64_t>(index + 1 - values.size()) * ShellBudget::kWordOverheadBytes,
+                  a.line);
+    values.resize(index + 1);
+  }
   values[index] = a.append ? values[index] + value.fields.front() : value.fields.front();
   script_.variables.assign(a.name, std::move(values), true, false);
 }

@@ -272,9 +272,18 @@ void read_parallelism(const TomlReader& t, StackJob& job) {
     if (reshard == "never") c["sharding_strategy"] = "optim_grads";
   }
   if (shard > 0) {
-    // Each degree is at most 2^20, so the product of four fits in int64; the job's limit
-    // is checked where the cluster is built.
-    job.gpus = replicate * shard * cp * tp;
+    // Each degree is at most 2^20; their product is checked against the same bound (four
+    // of them could pass int64).
+    int64_t gpus = replicate;
+    for (const int64_t d : {shard, cp, tp}) {
+      if (__builtin_mul_overflow(gpus, d, &gpus) || gpus > limits::kMaxGpus) {
+        t.fail(s, "data_parallel_shard_degree",
+               fmt::format("the degrees (replicate {} × shard {} × cp {} × tp {}) ask for more "
+                           "than the {} GPUs a job may have",
+                           replicate, shard, cp, tp, limits::kMaxGpus));
+      }
+    }
+    job.gpus = gpus;
   }
   if (t.boolean(s, "disable_loss_parallel").value_or(false)) c["vocab_parallel_loss"] = false;
   if (t.boolean(s, "enable_async_tensor_parallel").value_or(false)) c["tp_comm_overlap"] = true;

@@ -75,6 +75,14 @@ TEST(BadStackInput, ParallelSizesAreBoundedBeforeTheyAreMultiplied) {
       "[parallelism] data_parallel_shard_degree", "must be -1 (the GPUs left) or in [1, 1048576]");
   expect_input_error(
       [] {
+        read_torchtitan_toml(write_file(
+            "product.toml",
+            "[parallelism]\ndata_parallel_shard_degree = 1048576\ndata_parallel_replicate_degree "
+            "= 1048576\ntensor_parallel_degree = 1048576\ncontext_parallel_degree = 1048576\n"));
+      },
+      "[parallelism] data_parallel_shard_degree", "ask for more than the 1048576 GPUs");
+  expect_input_error(
+      [] {
         read_torchtitan_toml(write_file("global0.toml", "[training]\nglobal_batch_size = 0\n"));
       },
       "[training] global_batch_size", "must be positive or -1, got 0");

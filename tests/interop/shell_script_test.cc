@@ -123,6 +123,14 @@ TEST(ShellScript, SyntaxErrorsNameTheLine) {
   EXPECT_EQ(s.not_read.entries.size(), 1u);
 }
 
+TEST(ShellScript, ArrayElementsByIndex) {
+  const ShellScript s = read_shell_script("A[2]=c\nA[0]=a\nA[99999]=x\nA[$i]=y\n", "script");
+  EXPECT_EQ(s.variables.find("A")->values, (Words{"a", "", "c"}));
+  EXPECT_EQ(s.not_read.entries,
+            (Words{"line 3: A[99999]= (an index other than a number below 10000)",
+                   "line 4: A[$i]= (an index other than a number below 10000)"}));
+}
+
 TEST(ShellScript, NotesAreBounded) {
   std::string text;
   for (int i = 0; i < 100; ++i) text += "if [ -f f" + std::to_string(i) + " ]; then :; fi\n";
