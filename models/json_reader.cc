@@ -238,8 +238,8 @@ std::string read_text_file(const std::string& path, int64_t max_bytes) {
   return text;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  return parse_json_text(read_text_file(path), path);
+nlohmann::json read_json_file(const std::string& path, int64_t max_bytes) {
+  return parse_json_text(read_text_file(path, max_bytes), path);
 }
 
 std::optional<std::string> out_of_range_reason(int64_t value, int64_t lo, int64_t hi) {

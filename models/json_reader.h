@@ -16,9 +16,10 @@ namespace shardplan {
 // `max_bytes` (a device such as /dev/zero included: it is read only that far) is an
 // InputError naming it.
 std::string read_text_file(const std::string& path, int64_t max_bytes = limits::kMaxInputFileBytes);
-// Reads a JSON file; a missing file or a syntax error becomes an InputError naming the
-// file and the line and column.
-nlohmann::json read_json_file(const std::string& path);
+// Reads a JSON file of at most `max_bytes`; a missing file or a syntax error becomes an
+// InputError naming the file and the line and column.
+nlohmann::json read_json_file(const std::string& path,
+                              int64_t max_bytes = limits::kMaxInputFileBytes);
 // Parses JSON text that came from `label` (a file name or "<built-in x>").
 nlohmann::json parse_json_text(std::string_view text, const std::string& label);
 

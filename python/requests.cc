@@ -122,7 +122,11 @@ class RequestReader {
   // A path that must name an existing file, as the CLI's flag checks (CLI::ExistingFile).
   std::string existing_file(const std::string& key) const {
     const std::string path = text(key);
-    if (path.empty()) return path;
+    if (path.empty()) {
+      // Given as "": not "no file" (which would plan the default job), a path to nothing.
+      if (has(key)) fail(key, "an empty path names no file");
+      return path;
+    }
     std::error_code error;
     const auto status = std::filesystem::status(path, error);
     if (!std::filesystem::exists(status)) fail(key, "file does not exist: " + path);
@@ -287,6 +291,9 @@ JobParams job_params(const RequestReader& r) {
   }
   job.overrides = overrides(r);
   job.from_megatron = r.text("from_megatron");
+  if (r.has("from_megatron") && job.from_megatron.find_first_not_of(" \t\r\n") == std::string::npos)
+    r.fail("from_megatron",
+           "nothing to read: give a Megatron-LM command line or a file holding one");
   job.from_megatron_bridge = r.existing_file("from_megatron_bridge");
   job.from_torchtitan = r.existing_file("from_torchtitan");
   return job;

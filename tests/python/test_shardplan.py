@@ -338,6 +338,14 @@ class ErrorTest(unittest.TestCase):
         error = self.assert_error(shardplan.plan, {"model": "tiny", "set": deep}, field="set")
         self.assertIn("nested too deeply", error.reason)
 
+    def test_empty_inputs_are_errors_not_the_default_job(self):
+        # "" is not "not given": the CLI refuses it, so does the module.
+        self.assert_error(shardplan.plan, {"from_megatron": ""}, field="from_megatron")
+        self.assert_error(shardplan.plan, {"from_megatron": " \n"}, field="from_megatron")
+        for key in ("from_megatron_bridge", "from_torchtitan", "config"):
+            with self.subTest(key=key):
+                self.assert_error(shardplan.plan, {key: ""}, field=key)
+
     def test_messages_are_printable_and_bounded(self):
         error = self.assert_error(shardplan.plan, {"model": "\x1b[31m" + "x" * 1_000_000})
         self.assertNotIn("\x1b", str(error))
