@@ -13,6 +13,14 @@ namespace {
 
 constexpr int64_t kNoThread = INT64_MIN;
 
+// How far before its launching runtime call an activity may start. CPU and GPU time
+// stamps come from two clocks that Kineto aligns, and real traces show kernels a few µs
+// before their launch (pytorch/kineto#1380: NCCL kernels launched back to back; 8-9 µs
+// measured between CUPTI and host clocks in tile-ai/TileOPs#1838). 1 ms is 100x that;
+// an activity further ahead of its launch has a time no alignment explains, and left in
+// it would stretch the step back to it.
+constexpr double kLaunchSkewMicroseconds = 1000;
+
 bool is_kernel(const KinetoEvent& e) {
   return e.cat == "kernel" || e.cat == "Kernel";
 }
@@ -35,17 +43,6 @@ std::string collective_kind(std::string_view name) {
   if (has("reduce")) return "reduce";
   if (has("barrier")) return "barrier";
   return "";
-}
-
-// Bytes per element of the dtype names PyTorch writes ("BFloat16", "Float", ...).
-int64_t dtype_size(std::string_view dtype) {
-  const std::string d = lower(dtype);
-  if (d == "double" || d == "long" || d == "int64" || d == "float64") return 8;
-  if (d == "float" || d == "int" || d == "float32" || d == "int32") return 4;
-  if (d == "bfloat16" || d == "half" || d == "float16" || d == "short" || d == "bf16") return 2;
-  if (d == "byte" || d == "char" || d == "bool" || starts_with(d, "float8") || d == "uint8")
-    return 1;
-  return 0;
 }
 
 std::string short_kernel_name(std::string_view name) {
@@ -73,6 +70,7 @@ struct Activity {
 struct StepActivity {
   std::vector<Activity> activity;  // by GPU start
   int64_t without_launch = 0;
+  SetAside before_launch;  // left out: starts further before its launch than any skew
 };
 
 // One GPU unless the trace says how many ranks ran (distributedInfo.world_size).
@@ -107,7 +105,17 @@ StepActivity step_activity(const std::vector<KinetoEvent>& events,
     const auto l = e.correlation >= 0 ? launches.find(e.correlation) : launches.end();
     if (l != launches.end()) {
       const KinetoEvent& launch = events[static_cast<std::size_t>(l->second)];
-      if (step.contains(launch.ts)) found.activity.push_back({&e, launch.tid, launch.ts});
+      if (!step.contains(launch.ts)) continue;
+      if (e.ts < launch.ts - kLaunchSkewMicroseconds) {
+        if (found.before_launch.count++ == 0) {
+          found.before_launch.first =
+              fmt::format("{} starts at {:.3f} µs, {:.3f} µs before its launch {}",
+                          quote_input(short_kernel_name(e.name), 40), e.ts, launch.ts - e.ts,
+                          quote_input(launch.name, 40));
+        }
+        continue;
+      }
+      found.activity.push_back({&e, launch.tid, launch.ts});
     } else if (step.contains(e.ts)) {
       ++found.without_launch;
       found.activity.push_back({&e, kNoThread, e.ts});
@@ -207,7 +215,7 @@ std::vector<std::string> tally_warnings(const ActivityTally& tally, std::size_t 
   if (tally.unsized > 0) {
     warnings.push_back(
         fmt::format("{} of {} collectives carry no sizes (neither the NCCL kernel nor a "
-                    "record_param_comms op around its launch has 'In msg nelems'): their "
+                    "record_param_comms op around its launch has a usable 'In msg nelems'): their "
                     "bytes are unknown, not guessed",
                     tally.unsized, collectives));
   }
@@ -225,7 +233,8 @@ std::vector<std::string> tally_warnings(const ActivityTally& tally, std::size_t 
                     100.0 * tally.backward_unattributed / tally.backward_seconds));
   }
   for (const auto& [kernel, n] : tally.unknown_kinds)
-    warnings.push_back(fmt::format("{} collective kernels '{}' of unknown kind", n, kernel));
+    warnings.push_back(
+        fmt::format("{} collective kernels {} of unknown kind", n, quote_input(kernel)));
   return warnings;
 }
 
@@ -263,14 +272,23 @@ GpuActivity import_gpu_activity(const KinetoTrace& trace, const KinetoStep& step
                                 const CpuIndex& cpu, const ModuleCalls& calls,
                                 const std::vector<std::string>& modules, const std::string& file) {
   const StepActivity found = step_activity(trace.events, cpu.launches, step);
+  const std::string before_launch =
+      found.before_launch.count == 0
+          ? std::string()
+          : fmt::format(
+                "{} GPU activities start more than {} µs before the runtime call that "
+                "launched them, further than the CPU and GPU clocks drift apart (a "
+                "corrupt trace?), and were left out (the first: {})",
+                found.before_launch.count, kLaunchSkewMicroseconds, found.before_launch.first);
   if (found.activity.empty()) {
     throw InputError(file, "traceEvents",
                      fmt::format("no GPU kernels, copies or sets in {} (was the profiler run "
-                                 "with ProfilerActivity.CUDA?)",
-                                 step.name));
+                                 "with ProfilerActivity.CUDA?){}",
+                                 step.name, before_launch.empty() ? "" : "; " + before_launch));
   }
   GpuActivity out{.timeline = profiled_timeline(trace.metadata),
                   .module_times = std::vector<ModuleTime>(modules.size())};
+  if (!before_launch.empty()) out.warnings.push_back(before_launch);
   if (found.without_launch > 0) {
     out.warnings.push_back(
         fmt::format("{} GPU activities have no launching runtime call (correlation): placed "
@@ -319,6 +337,16 @@ GpuActivity import_gpu_activity(const KinetoTrace& trace, const KinetoStep& step
   for (std::string& w : tally_warnings(tally, out.collectives.size()))
     out.warnings.push_back(std::move(w));
   out.timeline.summary.step_seconds = (last - origin) * 1e-6;
+  // Each time is bounded on read, but a step's GPU work can still spread over days (work
+  // launched in the step queued long after it): no training step is that long, and the
+  // timeline written would not read back (timeline_from_json's bound).
+  if (out.timeline.summary.step_seconds > kMaxStepSeconds) {
+    throw InputError(file, "traceEvents",
+                     fmt::format("the GPU work of {} spans {:.6g} s, longer than a day (the "
+                                 "longest step shardplan reads, docs/formats.md Limits): not "
+                                 "one training step, or a trace with corrupt times",
+                                 step.name, out.timeline.summary.step_seconds));
+  }
   summarize_streams(out.timeline);
   return out;
 }

@@ -28,6 +28,8 @@ void append(std::vector<std::string>& warnings, std::vector<std::string> more) {
   for (std::string& w : more) warnings.push_back(std::move(w));
 }
 
+}  // namespace
+
 // The passes in order; each takes what the earlier ones found, so the order is fixed by
 // what each needs:
 //  1. step choice: every later pass looks only inside the step's time, and the step's
@@ -49,9 +51,18 @@ ImportedTrace import_kineto(const std::string& path, const KinetoTrace& trace,
                             const ImportOptions& options) {
   const std::vector<KinetoEvent>& events = trace.events;
   ImportedTrace out{.file = path, .format = "kineto"};
-  if (trace.events_without_time > 0) {
-    out.warnings.push_back(fmt::format("{} events without a time stamp ('ts') were left out",
-                                       trace.events_without_time));
+  if (trace.events_without_time.count > 0) {
+    out.warnings.push_back(
+        fmt::format("{} events without a time stamp ('ts') or with a time no profiler writes "
+                    "(not finite, a negative duration, longer than a day) were left out "
+                    "(the first: {})",
+                    trace.events_without_time.count, trace.events_without_time.first));
+  }
+  if (trace.values_out_of_range.count > 0) {
+    out.warnings.push_back(
+        fmt::format("{} sizes, counts or ids were not whole numbers in their physical range "
+                    "and were read as absent (the first: {})",
+                    trace.values_out_of_range.count, trace.values_out_of_range.first));
   }
   StepChoice choice = choose_step(events, options.step, path);
   const KinetoStep& step = choice.step;
@@ -92,11 +103,13 @@ ImportedTrace import_kineto(const std::string& path, const KinetoTrace& trace,
   return out;
 }
 
+namespace {
+
 class KinetoImporter : public TraceImporter {
  public:
   std::string name() const override { return "kineto"; }
   ImportedTrace import(const std::string& path, const ImportOptions& options) const override {
-    return import_kineto(path, read_kineto_trace(path), options);
+    return import_kineto(path, read_step_events(path, options.step), options);
   }
 };
 

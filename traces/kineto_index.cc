@@ -45,12 +45,14 @@ void index_ranges(const std::vector<KinetoEvent>& events, const KinetoStep& step
   }
 }
 
-// fwdbwd flows: the start sits on the forward op, the end on the backward op.
+// fwdbwd flows: the start sits on the forward op, the end on the backward op. Only the
+// step's: both ends sit on ops of the step, and an id reused in another step must not
+// replace this step's flow.
 std::unordered_map<int64_t, int64_t> link_fwdbwd_flows(const std::vector<KinetoEvent>& events,
                                                        const KinetoStep& step) {
   std::map<int64_t, std::pair<const KinetoEvent*, const KinetoEvent*>> flows;
   for (const KinetoEvent& e : events) {
-    if (e.cat != "fwdbwd" || e.flow_id < 0) continue;
+    if (e.cat != "fwdbwd" || e.flow_id < 0 || !step.contains(e.ts)) continue;
     (e.ph == 's' ? flows[e.flow_id].first : flows[e.flow_id].second) = &e;
   }
   std::map<std::pair<int64_t, double>, int64_t> op_at;  // (tid, ts) -> cpu op

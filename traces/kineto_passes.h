@@ -55,6 +55,11 @@ inline bool is_cpu_op(const KinetoEvent& e) {
   return e.cat == "cpu_op" || e.cat == "Operator";
 }
 
+// A ProfilerStep#k range of the CPU side (the GPU side repeats it as gpu_user_annotation).
+inline bool is_profiler_step(const KinetoEvent& e) {
+  return e.ph == 'X' && e.cat != "gpu_user_annotation" && starts_with(e.name, "ProfilerStep#");
+}
+
 // The profiler step imported: every later pass looks only inside its time.
 struct KinetoStep {
   std::string name;
@@ -68,6 +73,20 @@ struct StepChoice {
   KinetoStep step;
   std::vector<std::string> warnings;
 };
+
+// Events kept in one read of a trace: 2^18 KinetoEvents (50 MB), the events of a trace of
+// about 65 MB of JSON. A trace with more is read twice, keeping only its step.
+inline constexpr std::size_t kKeepAllEvents = std::size_t{1} << 18;
+
+// The events the import needs for the step `wanted` ("K", "ProfilerStep#K"; empty: the
+// last). A trace of up to `keep_all_events` events is read once and kept whole. A larger
+// one is read twice: the first read notes the ProfilerStep# ranges and when each
+// correlation's runtime call ran; the second keeps the step ranges, the events inside the
+// chosen step and the GPU activities launched in it (or, unlaunched, starting in it), so
+// memory holds one step and not the file. The passes below give the same result on
+// either. Larger than that and not a regular file (a pipe): InputError naming `path`.
+KinetoTrace read_step_events(const std::string& path, const std::string& wanted,
+                             std::size_t keep_all_events = kKeepAllEvents);
 
 // The step named by `wanted` ("K" or "ProfilerStep#K"; empty: the last one), or the whole
 // trace when it has no ProfilerStep# ranges. Unknown step, or no CPU ops: InputError
@@ -269,5 +288,9 @@ struct MemoryCurve {
 // The step's CUDA [memory] events that carry the allocator's totals.
 MemoryCurve import_memory(const std::vector<KinetoEvent>& events, const KinetoStep& step,
                           const GpuClock& clock);
+
+// All the passes in order (traces/kineto_import.cc): the trace's events -> the import.
+ImportedTrace import_kineto(const std::string& path, const KinetoTrace& trace,
+                            const ImportOptions& options);
 
 }  // namespace shardplan::kineto

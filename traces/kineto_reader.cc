@@ -1,46 +1,105 @@
 #include "traces/kineto_reader.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
-#include <map>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <streambuf>
 
 #include "models/error.h"
+#include "models/limits.h"
 
 namespace shardplan {
 namespace {
 
 using nlohmann::json;
 
-// A std::streambuf over zlib's gzread, which passes plain files through unchanged.
+// Opens `path` for reading, refusing what is not a file's contents: a directory reads as
+// nothing (or EISDIR) through zlib.
+int open_trace(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw InputError(path, "", fmt::format("cannot open the file: {}", std::strerror(errno)));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw InputError(path, "", fmt::format("cannot read the file: {}", std::strerror(error)));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    ::close(fd);
+    throw InputError(path, "", "is a directory, not a trace file");
+  }
+  return fd;
+}
+
+// zlib's message without the "<fd:3>: " it puts in front.
+std::string zlib_message(gzFile file) {
+  int code = Z_OK;
+  const char* message = gzerror(file, &code);
+  std::string text = message != nullptr && *message != '\0' ? message : "read failed";
+  if (const std::size_t colon = text.find(": "); colon != std::string::npos && text[0] == '<')
+    text = text.substr(colon + 2);
+  return text;
+}
+
+// A std::streambuf over zlib's gzread, which passes plain files through unchanged. Stops
+// (as at the end of the input) at a zlib error or past `max_bytes` decompressed, and says
+// which it was.
 class GzStreamBuf : public std::streambuf {
  public:
-  explicit GzStreamBuf(const std::string& path) : file_(gzopen(path.c_str(), "rb")) {
-    if (file_ != nullptr) gzbuffer(file_, 1 << 20);
+  GzStreamBuf(const std::string& path, int64_t max_bytes) : max_bytes_(max_bytes) {
+    const int fd = open_trace(path);
+    file_ = gzdopen(fd, "rb");
+    if (file_ == nullptr) {
+      ::close(fd);
+      throw InputError(path, "", "cannot open the file: out of memory in zlib");
+    }
+    gzbuffer(file_, 1 << 20);
   }
-  ~GzStreamBuf() override {
-    if (file_ != nullptr) gzclose(file_);
-  }
+  ~GzStreamBuf() override { gzclose(file_); }
   GzStreamBuf(const GzStreamBuf&) = delete;
   GzStreamBuf& operator=(const GzStreamBuf&) = delete;
 
-  bool is_open() const { return file_ != nullptr; }
-  // Set when zlib failed, including a gzip stream that ends before its trailer.
-  const std::string& error() const { return error_; }
+  // zlib's message when it failed, including a gzip stream that ends before its trailer.
+  const std::string& zlib_error() const { return zlib_error_; }
+  bool over_limit() const { return over_limit_; }
+  // The input ended where it should (no error, no limit).
+  bool at_end() const { return at_end_; }
+  // Decompressed bytes handed out so far.
+  int64_t bytes_read() const { return before_ + (gptr() - eback()); }
 
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    if (file_ == nullptr || !error_.empty()) return traits_type::eof();
+    if (at_end_ || over_limit_ || !zlib_error_.empty()) return traits_type::eof();
+    before_ += egptr() - eback();
     const int n = gzread(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
     if (n <= 0) {
       int code = Z_OK;
-      const char* message = gzerror(file_, &code);
+      gzerror(file_, &code);
       // Z_BUF_ERROR at the end: the gzip stream was cut off (zlib's gzread contract).
-      if (n < 0 || code != Z_OK) error_ = message != nullptr ? message : "read failed";
+      if (n < 0 || code != Z_OK) {
+        zlib_error_ = zlib_message(file_);
+      } else {
+        at_end_ = true;
+      }
+      setg(buffer_.data(), buffer_.data(), buffer_.data());
+      return traits_type::eof();
+    }
+    if (before_ + n > max_bytes_) {
+      over_limit_ = true;
+      setg(buffer_.data(), buffer_.data(), buffer_.data());
       return traits_type::eof();
     }
     setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
@@ -49,11 +108,15 @@ class GzStreamBuf : public std::streambuf {
 
  private:
   gzFile file_ = nullptr;
+  int64_t max_bytes_;
+  int64_t before_ = 0;  // bytes of the blocks before the current one
+  bool at_end_ = false;
+  bool over_limit_ = false;
+  std::string zlib_error_;
   std::vector<char> buffer_ = std::vector<char>(1 << 20);  // on the heap: we live on the stack
-  std::string error_;
 };
 
-// Builds one JSON value from SAX callbacks (one trace event, or one metadata value).
+// Builds one JSON value from SAX callbacks (a metadata object the importer reads).
 class ValueBuilder {
  public:
   void reset() {
@@ -90,44 +153,138 @@ class ValueBuilder {
   std::string key_;
 };
 
-int64_t integer(const json& j) {
-  if (j.is_number_unsigned()) {
-    const auto u = j.get<uint64_t>();
-    return u <= static_cast<uint64_t>(INT64_MAX) ? static_cast<int64_t>(u) : -1;
+// One scalar as the parser hands it over.
+struct Scalar {
+  enum class Kind { null, boolean, integer, unsigned_integer, floating, string } kind;
+  int64_t integer = 0;
+  uint64_t unsigned_integer = 0;
+  double floating = 0;
+  const std::string* string = nullptr;
+};
+
+// A whole number in int64, or nullopt: a fraction, a float past int64 (the fuzzer wrote
+// 1e66; converting it is undefined behaviour), text that is not an integer.
+std::optional<int64_t> whole_number(const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::Kind::integer:
+      return v.integer;
+    case Scalar::Kind::unsigned_integer:
+      if (v.unsigned_integer <= static_cast<uint64_t>(INT64_MAX))
+        return static_cast<int64_t>(v.unsigned_integer);
+      return std::nullopt;
+    case Scalar::Kind::floating:
+      if (v.floating >= -0x1p63 && v.floating < 0x1p63 && std::trunc(v.floating) == v.floating)
+        return static_cast<int64_t>(v.floating);
+      return std::nullopt;
+    case Scalar::Kind::string: {
+      const std::string& s = *v.string;
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(s.c_str(), &end, 10);
+      if (end != s.c_str() && *end == '\0' && errno != ERANGE) return n;
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
   }
-  if (j.is_number_integer()) return j.get<int64_t>();
-  if (j.is_number_float()) {
-    // A float beyond int64 (the fuzzer wrote 1e66) has no integer value: converting it is
-    // undefined behaviour. Such a field is as unknown as a missing one.
-    const double d = j.get<double>();
-    if (!(d >= -0x1p63 && d < 0x1p63)) return -1;
-    return static_cast<int64_t>(d);
-  }
-  if (j.is_string()) {
-    const std::string& s = j.get_ref<const std::string&>();
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (end != s.c_str() && *end == '\0') return v;
-  }
-  return -1;
 }
 
-double number(const json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) return std::strtod(j.get_ref<const std::string&>().c_str(), nullptr);
-  return 0;
+// A number (or numeric text, which some exporters write), or nullopt.
+std::optional<double> real_number(const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::Kind::integer:
+      return static_cast<double>(v.integer);
+    case Scalar::Kind::unsigned_integer:
+      return static_cast<double>(v.unsigned_integer);
+    case Scalar::Kind::floating:
+      return v.floating;
+    case Scalar::Kind::string: {
+      const std::string& s = *v.string;
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      if (end != s.c_str() && *end == '\0') return d;
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
 }
 
-int64_t int_arg(const json& args, const char* key) {
-  const auto it = args.find(key);
-  return it == args.end() ? -1 : integer(*it);
+// The value as it reads in a message: numbers as written, text quoted and cut short.
+std::string shown(const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::Kind::null:
+      return "null";
+    case Scalar::Kind::boolean:
+      return v.integer != 0 ? "true" : "false";
+    case Scalar::Kind::integer:
+      return std::to_string(v.integer);
+    case Scalar::Kind::unsigned_integer:
+      return std::to_string(v.unsigned_integer);
+    case Scalar::Kind::floating:
+      return fmt::format("{:g}", v.floating);
+    default:
+      return quote_input(*v.string, 24);
+  }
 }
 
-// A string member of an event or of its args; empty when absent or not a string.
-std::string_view string_member(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>())
-                                               : std::string_view();
+// The event keys and args the importer reads; the rest are skipped unbuilt.
+enum class Key {
+  other,
+  name,
+  cat,
+  ph,
+  pid,
+  tid,
+  ts,
+  dur,
+  id,
+  args,
+  // args
+  correlation,
+  sequence,
+  stream,
+  collective,
+  in_elements,
+  out_elements,
+  group_size,
+  dtype,
+  device_type,
+  bytes,
+  total_allocated,
+  total_reserved,
+};
+
+Key event_key(std::string_view k) {
+  if (k == "name") return Key::name;
+  if (k == "cat") return Key::cat;
+  if (k == "ph") return Key::ph;
+  if (k == "pid") return Key::pid;
+  if (k == "tid") return Key::tid;
+  if (k == "ts") return Key::ts;
+  if (k == "dur") return Key::dur;
+  if (k == "id") return Key::id;
+  if (k == "args") return Key::args;
+  return Key::other;
+}
+
+Key arg_key(std::string_view k) {
+  static constexpr std::pair<std::string_view, Key> kArgs[] = {
+      {"correlation", Key::correlation},
+      {"Sequence number", Key::sequence},
+      {"stream", Key::stream},
+      {"Collective name", Key::collective},
+      {"In msg nelems", Key::in_elements},
+      {"Out msg nelems", Key::out_elements},
+      {"Group size", Key::group_size},
+      {"dtype", Key::dtype},
+      {"Device Type", Key::device_type},
+      {"Bytes", Key::bytes},
+      {"Total Allocated", Key::total_allocated},
+      {"Total Reserved", Key::total_reserved}};
+  for (const auto& [text, key] : kArgs)
+    if (k == text) return key;
+  return Key::other;
 }
 
 // Whether the importer reads an event of this phase, category and name: module ranges
@@ -140,142 +297,281 @@ bool wanted_event(std::string_view ph, std::string_view cat, std::string_view na
   return true;
 }
 
-// The args the importer reads; the rest (input shapes, concrete inputs, strides) are
-// skipped unbuilt, which is most of a cpu_op's bytes.
-bool wanted_arg(std::string_view key) {
-  static constexpr std::string_view kArgs[] = {
-      "correlation",   "Sequence number", "stream",          "Collective name",
-      "In msg nelems", "Out msg nelems",  "Group size",      "dtype",
-      "Device Type",   "Bytes",           "Total Allocated", "Total Reserved"};
-  return std::find(std::begin(kArgs), std::end(kArgs), key) != std::end(kArgs);
+// Some Kineto versions name GPU tracks ("stream 7"): each name gets a stable negative id
+// (below -1, which is "absent"), hashed rather than numbered so that two reads of the
+// file agree and no table grows with the names.
+int64_t named_track_id(std::string_view name) {
+  return -static_cast<int64_t>(std::hash<std::string_view>{}(name) & ((uint64_t{1} << 62) - 1)) - 2;
 }
 
-// Receives the SAX stream: top-level scalars and small values go to the metadata; each
-// element of "traceEvents" is built (only the keys the importer reads), turned into a
-// KinetoEvent, and dropped.
+// One event as it is read: its fields, its strings (owned until the trace keeps it), and
+// what was wrong with its time or its args.
+struct EventInProgress {
+  KinetoEvent event;
+  std::string name, cat, ph, collective, dtype;
+  bool has_ts = false;
+  std::string time_problem;   // first problem with ts or dur
+  std::string value_problem;  // first arg set aside
+  int64_t values_set_aside = 0;
+
+  void reset() {
+    event = KinetoEvent{};
+    name.clear();
+    cat.clear();
+    ph.clear();
+    collective.clear();
+    dtype.clear();
+    has_ts = false;
+    time_problem.clear();
+    value_problem.clear();
+    values_set_aside = 0;
+  }
+  void reset_args() {
+    const KinetoEvent fresh;
+    event.correlation = fresh.correlation;
+    event.sequence = fresh.sequence;
+    event.stream = fresh.stream;
+    event.in_elements = fresh.in_elements;
+    event.out_elements = fresh.out_elements;
+    event.group_size = fresh.group_size;
+    event.device_type = fresh.device_type;
+    event.bytes = fresh.bytes;
+    event.total_allocated = fresh.total_allocated;
+    event.total_reserved = fresh.total_reserved;
+    collective.clear();
+    dtype.clear();
+  }
+  void set_aside_value(std::string_view arg, const std::string& why) {
+    if (values_set_aside++ == 0) value_problem = fmt::format("'{}' {}", arg, why);
+  }
+  void time_is_unusable(std::string why) {
+    if (time_problem.empty()) time_problem = std::move(why);
+  }
+};
+
+// What went wrong while parsing, for the message read_kineto_trace builds.
+struct ParseFailure {
+  std::string reason;           // a plain reason (set by the handler itself), or empty
+  std::size_t byte = 0;         // where nlohmann stopped
+  std::string parser_message;   // nlohmann's message, input echoes removed
+  std::string line_and_column;  // "line 3, column 7", from nlohmann
+  std::string where;            // what was open: "event /traceEvents/12", ...
+};
+
+// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 5: syntax
+// error while parsing value - invalid literal; last read: 'thi'" -> the line and column,
+// and "syntax error while parsing value - invalid literal": the token it last read is
+// the input's own bytes (possibly a multi-MB string) and is left out.
+void describe_parser_message(const std::string& what, ParseFailure& failure) {
+  const std::size_t at = what.find(" at line ");
+  const std::size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
+  if (at != std::string::npos && colon != std::string::npos)
+    failure.line_and_column = what.substr(at + 4, colon - at - 4);
+  std::string message = colon == std::string::npos ? what : what.substr(colon + 2);
+  if (const std::size_t last = message.find("; last read: '"); last != std::string::npos)
+    message.resize(last);
+  // "syntax error while parsing object key - unexpected ']'; expected string literal" ->
+  // "unexpected ']'; expected string literal (in a JSON object key)".
+  constexpr std::string_view kSyntax = "syntax error while parsing ";
+  if (message.rfind(kSyntax, 0) == 0) {
+    const std::size_t dash = message.find(" - ");
+    if (dash != std::string::npos) {
+      message = fmt::format("{} (in a JSON {})", message.substr(dash + 3),
+                            message.substr(kSyntax.size(), dash - kSyntax.size()));
+    }
+  }
+  failure.parser_message = message;
+}
+
+// Receives the parser's callbacks. Top-level scalars and the metadata objects the
+// importer reads go to the metadata; each element of the events array fills a
+// KinetoEvent directly (no JSON value is built for it), which `keep` then takes or not.
+//
+//   depth 1: {  "traceEvents": [          <- events_depth_ (1 for a bare array)
+//   depth 3:      { "name": ..., "ts": ..., "args": {   <- event_depth_, args_depth_
+//                    "correlation": 7, "Input Dims": [[...]]  <- skipped unbuilt
 class TraceSax : public nlohmann::json_sax<json> {
  public:
-  explicit TraceSax(KinetoTrace& trace) : trace_(trace) {}
+  TraceSax(KinetoTrace& trace, const KeepEvent& keep) : trace_(trace), keep_(keep) {}
 
-  const std::string& error() const { return error_; }
-
-  bool null() override { return scalar(nullptr); }
-  bool boolean(bool v) override { return scalar(v); }
-  bool number_integer(number_integer_t v) override { return scalar(v); }
-  bool number_unsigned(number_unsigned_t v) override { return scalar(v); }
-  bool number_float(number_float_t v, const string_t&) override { return scalar(v); }
-  bool string(string_t& v) override {
-    if (skip_depth_ == 0 && !skip_next_ && in_event() && event_depth_ == 1) note_identity(v);
-    return scalar(std::move(v));
+  ParseFailure& failure() { return failure_; }
+  // Between two events of a bare array: where the Trace Event Format lets a file end
+  // without its closing ']' (a tracer that was killed never writes it).
+  bool between_array_events() const {
+    return array_form_ && events_depth_ == 1 && depth_ == 1 && builder_.open() == false;
   }
+
+  bool null() override { return scalar({.kind = Scalar::Kind::null}); }
+  bool boolean(bool v) override {
+    return scalar({.kind = Scalar::Kind::boolean, .integer = v ? 1 : 0});
+  }
+  bool number_integer(number_integer_t v) override {
+    return scalar({.kind = Scalar::Kind::integer, .integer = v});
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    return scalar({.kind = Scalar::Kind::unsigned_integer, .unsigned_integer = v});
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    return scalar({.kind = Scalar::Kind::floating, .floating = v});
+  }
+  bool string(string_t& v) override { return scalar({.kind = Scalar::Kind::string, .string = &v}); }
   bool binary(binary_t&) override { return true; }
 
-  bool start_object(std::size_t) override { return start(json::object()); }
-  bool start_array(std::size_t) override {
-    if (!building_ && depth_ == 1 && top_key_ == "traceEvents") {
-      in_events_ = true;
-      trace_.has_trace_events = true;
-      depth_ = 2;
-      return true;
-    }
-    return start(json::array());
-  }
   bool key(string_t& k) override {
     if (skip_depth_ > 0) return true;
-    if (building_) {
-      if (in_event()) {
-        // Inside an event: skip what the importer never reads, unbuilt.
-        if (dropped_ || (event_depth_ == 2 && args_open_ && !wanted_arg(k))) {
-          skip_next_ = true;
-          return true;
-        }
-        if (event_depth_ == 1) last_event_key_ = k;
-      }
+    if (metadata_open_) {
       builder_.key(k);
+    } else if (event_depth_ > 0 && depth_ == event_depth_) {
+      key_ = event_key(k);
+    } else if (args_depth_ > 0 && depth_ == args_depth_) {
+      key_ = arg_key(k);
     } else if (depth_ == 1) {
       top_key_ = k;
     }
     return true;
   }
+
+  bool start_object(std::size_t) override { return start(/*object=*/true); }
+  bool start_array(std::size_t) override { return start(/*object=*/false); }
   bool end_object() override { return end(); }
-  bool end_array() override {
-    if (!building_ && in_events_ && depth_ == 2) {
-      in_events_ = false;
-      depth_ = 1;
-      return true;
-    }
-    return end();
-  }
+  bool end_array() override { return end(); }
+
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& e) override {
-    error_ = fmt::format("not valid JSON at byte {}: {}", position, e.what());
+    failure_.byte = position;
+    describe_parser_message(e.what(), failure_);
+    failure_.where = where();
     return false;
   }
 
  private:
-  bool in_event() const { return building_ && in_events_; }
+  bool in_event() const { return event_depth_ > 0; }
 
-  // ph, cat and name decide whether the event is kept; once all three are known and it is
-  // not, the rest of it is skipped.
-  void note_identity(const std::string& v) {
-    if (last_event_key_ == "ph") ph_ = v, ++identity_;
-    if (last_event_key_ == "cat") cat_ = v, ++identity_;
-    if (last_event_key_ == "name") name_ = v, ++identity_;
+  std::string event_path() const {
+    return fmt::format("{}/{}", array_form_ ? "" : "/traceEvents", event_index_);
   }
 
-  bool scalar(json v) {
+  // What is open, for a message about where the input stopped.
+  std::string where() const {
+    if (in_event()) return fmt::format("the event {}", event_path());
+    if (events_depth_ > 0 && depth_ >= events_depth_) {
+      return fmt::format("the {} after {} events", array_form_ ? "array" : "traceEvents array",
+                         event_index_);
+    }
+    if (depth_ >= 1 && !array_form_) return "the top-level object";
+    return "";
+  }
+
+  bool fail(std::string reason) {
+    failure_.reason = std::move(reason);
+    return false;
+  }
+
+  bool scalar(const Scalar& v) {
     if (skip_depth_ > 0) return true;
-    if (skip_next_) {
-      skip_next_ = false;
+    if (metadata_open_) {
+      builder_.value(to_json(v));
       return true;
     }
-    if (building_) {
-      builder_.value(std::move(v));
-      if (in_event() && identity_ == 3 && !dropped_) dropped_ = !wanted_event(ph_, cat_, name_);
-    } else if (depth_ == 0) {
-      error_ = "the top level is not a JSON object (a Chrome trace is {\"traceEvents\": [...]})";
-      return false;
-    } else if (depth_ == 1) {
-      trace_.metadata[top_key_] = std::move(v);
+    if (in_event()) {
+      if (depth_ == event_depth_) {
+        event_field(v);
+      } else if (depth_ == args_depth_) {
+        arg_field(v);
+      }
+      return true;
+    }
+    if (events_depth_ > 0 && depth_ == events_depth_) {
+      ++event_index_;  // a scalar among the events: nothing to read
+      return true;
+    }
+    if (depth_ == 0) {
+      return fail(
+          "the top level is neither a JSON object ({\"traceEvents\": [...]}) nor an array of "
+          "events");
+    }
+    if (depth_ == 1) {
+      if (top_key_ == "traceEvents") return fail("\"traceEvents\" is not an array");
+      trace_.metadata[top_key_] = to_json(v);
     }
     return true;
   }
 
-  bool start(json container) {
-    if (skip_depth_ > 0 || skip_next_) {
-      skip_next_ = false;
+  static json to_json(const Scalar& v) {
+    switch (v.kind) {
+      case Scalar::Kind::boolean:
+        return v.integer != 0;
+      case Scalar::Kind::integer:
+        return v.integer;
+      case Scalar::Kind::unsigned_integer:
+        return v.unsigned_integer;
+      case Scalar::Kind::floating:
+        return v.floating;
+      case Scalar::Kind::string:
+        return *v.string;
+      default:
+        return nullptr;
+    }
+  }
+
+  bool start(bool object) {
+    if (skip_depth_ > 0) {
       ++skip_depth_;
       return true;
     }
-    if (building_) {
-      if (in_event()) {
-        ++event_depth_;
-        if (event_depth_ == 2) args_open_ = last_event_key_ == "args";
-      }
-      builder_.start(std::move(container));
+    if (metadata_open_) {
+      builder_.start(object ? json::object() : json::array());
       return true;
     }
     if (depth_ == 0) {
-      if (!container.is_object()) {
-        error_ = "the top level is not a JSON object (a Chrome trace is {\"traceEvents\": [...]})";
-        return false;
+      ++depth_;
+      if (!object) {  // the Trace Event Format's JSON Array Format
+        array_form_ = true;
+        begin_events();
       }
-      depth_ = 1;
       return true;
     }
-    if (depth_ == 1 && top_key_ == "traceEvents") {
-      error_ = "\"traceEvents\" is not an array";
-      return false;
+    if (in_event()) {
+      // The args object is read; any other container inside an event is skipped, as is
+      // everything nested in args (input shapes, concrete inputs).
+      if (depth_ == event_depth_ && key_ == Key::args && object) {
+        ++depth_;
+        args_depth_ = depth_;
+        current_.reset_args();
+        return true;
+      }
+      if (depth_ == event_depth_) container_field();
+      skip_depth_ = 1;
+      return true;
     }
-    building_ = true;
-    builder_.reset();
-    if (in_events_) {
-      event_depth_ = 1;
-      args_open_ = dropped_ = false;
+    if (events_depth_ > 0 && depth_ == events_depth_) {
+      if (!object) {
+        ++event_index_;
+        skip_depth_ = 1;  // an array among the events: nothing to read
+        return true;
+      }
+      ++depth_;
+      event_depth_ = depth_;
+      current_.reset();
+      dropped_ = false;
       identity_ = 0;
-      last_event_key_.clear();
+      return true;
     }
-    builder_.start(std::move(container));
+    if (depth_ == 1 && !array_form_) {
+      if (top_key_ == "traceEvents") {
+        if (object) return fail("\"traceEvents\" is not an array");
+        ++depth_;
+        begin_events();
+        return true;
+      }
+      if (top_key_ == "distributedInfo" || top_key_ == "deviceProperties") {
+        metadata_open_ = true;
+        builder_.reset();
+        builder_.start(object ? json::object() : json::array());
+        return true;
+      }
+    }
+    skip_depth_ = 1;  // metadata the importer does not read
     return true;
   }
 
@@ -284,94 +580,305 @@ class TraceSax : public nlohmann::json_sax<json> {
       --skip_depth_;
       return true;
     }
-    if (!building_) {
-      depth_ = 0;  // the top-level object closed
-      return true;
-    }
-    builder_.end();
-    if (in_event()) {
-      --event_depth_;
-      if (event_depth_ == 1) args_open_ = false;
-    }
-    if (!builder_.open()) {
-      building_ = false;
-      if (in_events_) {
-        if (builder_.root().is_object() && !dropped_) add_event(builder_.root());
-      } else {
+    if (metadata_open_) {
+      builder_.end();
+      if (!builder_.open()) {
+        metadata_open_ = false;
         trace_.metadata[top_key_] = std::move(builder_.root());
       }
+      return true;
     }
+    if (args_depth_ > 0 && depth_ == args_depth_) {
+      args_depth_ = 0;
+    } else if (in_event() && depth_ == event_depth_) {
+      finish_event();
+      event_depth_ = 0;
+      ++event_index_;
+    } else if (events_depth_ > 0 && depth_ == events_depth_) {
+      events_depth_ = 0;
+    }
+    --depth_;
     return true;
   }
 
-  int64_t thread_id(const json& j) {
-    if (j.is_string()) {
-      // Some Kineto versions name GPU tracks ("stream 7"); give each a stable negative id.
-      const auto [it, inserted] = string_tids_.try_emplace(
-          j.get<std::string>(), -static_cast<int64_t>(string_tids_.size()) - 2);
-      return it->second;
-    }
-    return integer(j);
+  void begin_events() {
+    events_depth_ = depth_;
+    trace_.has_trace_events = true;
   }
 
-  void add_event(const json& e) {
-    KinetoEvent ev;
-    ev.name = trace_.intern(string_member(e, "name"));
-    ev.cat = trace_.intern(string_member(e, "cat"));
-    const std::string_view ph = string_member(e, "ph");
-    ev.ph = ph.empty() ? '?' : ph[0];
-    if (!wanted_event(ph, ev.cat, ev.name)) return;  // keys in an unusual order
-    if (const auto it = e.find("pid"); it != e.end()) ev.pid = thread_id(*it);
-    if (const auto it = e.find("tid"); it != e.end()) ev.tid = thread_id(*it);
-    if (const auto it = e.find("ts"); it != e.end() && (it->is_number() || it->is_string())) {
-      ev.ts = number(*it);
-    } else if (ev.ph == 'X' || ev.ph == 'i') {
-      ++trace_.events_without_time;
+  // A scalar directly in the event object. A key given twice counts as its last value,
+  // as a JSON object would hold it.
+  void event_field(const Scalar& v) {
+    if (dropped_) return;
+    EventInProgress& c = current_;
+    KinetoEvent& e = c.event;
+    switch (key_) {
+      case Key::name:
+        assign_text(c.name, v);
+        break;
+      case Key::cat:
+        assign_text(c.cat, v);
+        break;
+      case Key::ph:
+        assign_text(c.ph, v);
+        break;
+      case Key::pid:
+        e.pid = v.kind == Scalar::Kind::string ? named_track_id(*v.string)
+                                               : whole_number(v).value_or(-1);
+        break;
+      case Key::tid:
+        e.tid = v.kind == Scalar::Kind::string ? named_track_id(*v.string)
+                                               : whole_number(v).value_or(-1);
+        break;
+      case Key::ts:
+        read_ts(v);
+        break;
+      case Key::dur:
+        read_dur(v);
+        break;
+      case Key::id:
+        e.flow_id = whole_number(v).value_or(-1);
+        break;
+      case Key::args:
+        c.reset_args();  // args that are not an object hold nothing
+        break;
+      default:
+        break;
+    }
+    // Once phase, category and name are known, an event the importer never reads is
+    // skipped for the rest of its keys.
+    if (key_ == Key::name || key_ == Key::cat || key_ == Key::ph) {
+      identity_ |= 1u << static_cast<unsigned>(key_);
+      constexpr unsigned kAll = (1u << static_cast<unsigned>(Key::name)) |
+                                (1u << static_cast<unsigned>(Key::cat)) |
+                                (1u << static_cast<unsigned>(Key::ph));
+      if (identity_ == kAll && !wanted_event(c.ph, c.cat, c.name)) dropped_ = true;
+    }
+  }
+
+  // Text fields hold only text: another value there reads as absent.
+  static void assign_text(std::string& to, const Scalar& v) {
+    if (v.kind == Scalar::Kind::string) {
+      to.assign(*v.string);
+    } else {
+      to.clear();
+    }
+  }
+
+  // A container where the event has a scalar field: that field is as good as absent.
+  void container_field() {
+    EventInProgress& c = current_;
+    switch (key_) {
+      case Key::name:
+        c.name.clear();
+        break;
+      case Key::cat:
+        c.cat.clear();
+        break;
+      case Key::ph:
+        c.ph.clear();
+        break;
+      case Key::pid:
+        c.event.pid = -1;
+        break;
+      case Key::tid:
+        c.event.tid = -1;
+        break;
+      case Key::ts:
+        c.has_ts = false;
+        break;
+      case Key::dur:
+        c.time_is_unusable("dur is not a number");
+        break;
+      case Key::id:
+        c.event.flow_id = -1;
+        break;
+      case Key::args:
+        c.reset_args();
+        break;
+      default:
+        break;
+    }
+  }
+
+  void read_ts(const Scalar& v) {
+    EventInProgress& c = current_;
+    if (v.kind == Scalar::Kind::null || v.kind == Scalar::Kind::boolean) {
+      c.has_ts = false;  // as good as absent
       return;
     }
-    if (const auto it = e.find("dur"); it != e.end()) ev.dur = number(*it);
-    if (const auto it = e.find("id"); it != e.end()) ev.flow_id = integer(*it);
-    if (const auto it = e.find("args"); it != e.end() && it->is_object()) {
-      const json& a = *it;
-      ev.correlation = int_arg(a, "correlation");
-      ev.sequence = int_arg(a, "Sequence number");
-      ev.stream = int_arg(a, "stream");
-      ev.collective = trace_.intern(string_member(a, "Collective name"));
-      ev.in_elements = int_arg(a, "In msg nelems");
-      ev.out_elements = int_arg(a, "Out msg nelems");
-      ev.group_size = int_arg(a, "Group size");
-      ev.dtype = trace_.intern(string_member(a, "dtype"));
-      ev.device_type = int_arg(a, "Device Type");
-      // Negative for a free, so not through int_arg's -1 for "absent".
-      if (const auto b = a.find("Bytes"); b != a.end()) ev.bytes = static_cast<int64_t>(number(*b));
-      ev.total_allocated = int_arg(a, "Total Allocated");
-      ev.total_reserved = int_arg(a, "Total Reserved");
+    c.has_ts = true;
+    const std::optional<double> ts = real_number(v);
+    if (!ts) {
+      c.time_is_unusable(fmt::format("ts {} is not a number", shown(v)));
+    } else if (!(std::abs(*ts) <= kMaxTraceMicroseconds)) {
+      c.time_is_unusable(fmt::format("ts {} µs is not a finite time within ±2^53 µs", shown(v)));
+    } else {
+      c.event.ts = *ts;
     }
-    trace_.events.push_back(std::move(ev));
+  }
+
+  void read_dur(const Scalar& v) {
+    EventInProgress& c = current_;
+    const std::optional<double> dur = real_number(v);
+    if (!dur || std::isnan(*dur)) {
+      c.time_is_unusable(fmt::format("dur {} is not a number", shown(v)));
+    } else if (*dur < 0) {
+      c.time_is_unusable(fmt::format("dur {} µs is negative", shown(v)));
+    } else if (!(*dur <= kMaxEventMicroseconds)) {
+      c.time_is_unusable(fmt::format("dur {} µs is longer than a day", shown(v)));
+    } else {
+      c.event.dur = *dur;
+    }
+  }
+
+  // A whole number in [lo, hi] for `field`, or `absent` with the value set aside.
+  int64_t bounded(const Scalar& v, std::string_view arg, int64_t lo, int64_t hi, int64_t absent,
+                  std::string_view bound) {
+    const std::optional<int64_t> n = whole_number(v);
+    if (!n) {
+      current_.set_aside_value(arg, fmt::format("{} is not a whole number", shown(v)));
+      return absent;
+    }
+    if (*n < lo || *n > hi) {
+      current_.set_aside_value(arg, fmt::format("{} is outside {}", *n, bound));
+      return absent;
+    }
+    return *n;
+  }
+
+  // An id: any whole number (a negative one means none).
+  int64_t id(const Scalar& v, std::string_view arg) {
+    const std::optional<int64_t> n = whole_number(v);
+    if (!n) current_.set_aside_value(arg, fmt::format("{} is not a whole number", shown(v)));
+    return n.value_or(-1);
+  }
+
+  void arg_field(const Scalar& v) {
+    if (dropped_) return;
+    EventInProgress& c = current_;
+    KinetoEvent& e = c.event;
+    constexpr std::string_view kDeviceBytes = "[0, 2^44] (16 TiB, the largest GPU memory)";
+    switch (key_) {
+      case Key::correlation:
+        e.correlation = id(v, "correlation");
+        break;
+      case Key::sequence:
+        e.sequence = id(v, "Sequence number");
+        break;
+      case Key::stream:
+        e.stream = id(v, "stream");
+        break;
+      case Key::device_type:
+        e.device_type = id(v, "Device Type");
+        break;
+      case Key::collective:
+        assign_text(c.collective, v);
+        break;
+      case Key::dtype:
+        assign_text(c.dtype, v);
+        break;
+      case Key::in_elements:
+        e.in_elements = bounded(v, "In msg nelems", 0, kMaxDeviceBytes, -1, kDeviceBytes);
+        break;
+      case Key::out_elements:
+        e.out_elements = bounded(v, "Out msg nelems", 0, kMaxDeviceBytes, -1, kDeviceBytes);
+        break;
+      case Key::group_size:
+        e.group_size = bounded(v, "Group size", 1, limits::kMaxGpus, -1,
+                               "[1, 2^20] (GPUs in one job, models/limits.h)");
+        break;
+      case Key::bytes:
+        // Negative for a free.
+        e.bytes = bounded(v, "Bytes", -kMaxDeviceBytes, kMaxDeviceBytes, 0,
+                          "[-2^44, 2^44] (16 TiB, the largest GPU memory)");
+        break;
+      case Key::total_allocated:
+        e.total_allocated = bounded(v, "Total Allocated", 0, kMaxDeviceBytes, -1, kDeviceBytes);
+        break;
+      case Key::total_reserved:
+        e.total_reserved = bounded(v, "Total Reserved", 0, kMaxDeviceBytes, -1, kDeviceBytes);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Counts `n` cases; the first of the trace is described.
+  void note(SetAside& tally, const std::string& problem, int64_t n = 1) {
+    if (tally.count == 0)
+      tally.first = fmt::format("{} {}: {}", event_path(), quote_input(current_.name, 40), problem);
+    tally.count += n;
+  }
+
+  void finish_event() {
+    EventInProgress& c = current_;
+    KinetoEvent& e = c.event;
+    if (dropped_ || !wanted_event(c.ph, c.cat, c.name)) return;  // keys in an unusual order
+    e.ph = c.ph.empty() ? '?' : c.ph[0];
+    if (!c.time_problem.empty()) {
+      note(trace_.events_without_time, c.time_problem);
+      return;
+    }
+    if (!c.has_ts && (e.ph == 'X' || e.ph == 'i')) {
+      note(trace_.events_without_time, "no ts");
+      return;
+    }
+    // Sizes in range one by one may still describe more bytes than a GPU holds.
+    const int64_t elements = std::max(e.in_elements, e.out_elements);
+    if (const int64_t size = dtype_size(c.dtype);
+        size > 0 && elements > 0 && elements > kMaxDeviceBytes / size) {
+      c.set_aside_value("In/Out msg nelems",
+                        fmt::format("{} × {} bytes ({}) is more than 16 TiB (2^44 bytes)", elements,
+                                    size, quote_input(c.dtype, 16)));
+      e.in_elements = e.out_elements = -1;
+    }
+    if (c.values_set_aside > 0)
+      note(trace_.values_out_of_range, c.value_problem, c.values_set_aside);
+    e.name = c.name;
+    e.cat = c.cat;
+    e.collective = c.collective;
+    e.dtype = c.dtype;
+    if (keep_ && !keep_(e)) return;
+    e.name = trace_.intern(e.name);
+    e.cat = trace_.intern(e.cat);
+    e.collective = trace_.intern(e.collective);
+    e.dtype = trace_.intern(e.dtype);
+    trace_.events.push_back(e);
   }
 
   KinetoTrace& trace_;
+  const KeepEvent& keep_;
+  ParseFailure failure_;
+  int depth_ = 0;         // containers open, skipped ones and metadata values aside
+  int events_depth_ = 0;  // the events array's depth while it is open
+  int event_depth_ = 0;   // the open event's depth
+  int args_depth_ = 0;    // its args object's depth while open
+  int skip_depth_ = 0;    // containers open inside one being skipped unbuilt
+  bool array_form_ = false;
+  bool metadata_open_ = false;
   ValueBuilder builder_;
-  bool building_ = false;
-  bool in_events_ = false;
-  int depth_ = 0;  // 0 outside, 1 in the top-level object, 2 in traceEvents
-  // Within the event being built: its open containers, whether the open one is "args",
-  // the last key of the event object, and what decides whether it is kept.
-  int event_depth_ = 0;
-  bool args_open_ = false;
-  std::string last_event_key_;
-  std::string ph_, cat_, name_;
-  int identity_ = 0;
-  bool dropped_ = false;
-  // Skipping a value unbuilt: the next value, or the containers open inside one.
-  bool skip_next_ = false;
-  int skip_depth_ = 0;
   std::string top_key_;
-  std::string error_;
-  std::map<std::string, int64_t> string_tids_;
+  Key key_ = Key::other;
+  int64_t event_index_ = 0;
+  EventInProgress current_;
+  unsigned identity_ = 0;  // which of ph, cat and name the event has given (bits by Key)
+  bool dropped_ = false;
 };
 
 }  // namespace
+
+int64_t dtype_size(std::string_view dtype) {
+  std::string d(dtype);
+  std::transform(d.begin(), d.end(), d.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (d == "double" || d == "long" || d == "int64" || d == "float64") return 8;
+  if (d == "float" || d == "int" || d == "float32" || d == "int32") return 4;
+  if (d == "bfloat16" || d == "half" || d == "float16" || d == "short" || d == "bf16") return 2;
+  if (d == "byte" || d == "char" || d == "bool" || d.rfind("float8", 0) == 0 || d == "uint8")
+    return 1;
+  return 0;
+}
 
 std::string_view KinetoTrace::intern(std::string_view text) {
   if (text.empty()) return {};
@@ -380,19 +887,55 @@ std::string_view KinetoTrace::intern(std::string_view text) {
   return *it;
 }
 
-KinetoTrace read_kineto_trace(const std::string& path) {
-  GzStreamBuf buf(path);
-  if (!buf.is_open()) throw InputError(path, "", "cannot open the file");
+KinetoTrace read_kineto_trace(const std::string& path, const KinetoReadOptions& options) {
+  GzStreamBuf buf(path, options.max_bytes);
   std::istream in(&buf);
   KinetoTrace trace;
-  TraceSax sax(trace);
-  const bool ok = json::sax_parse(in, &sax, nlohmann::detail::input_format_t::json, true, true);
-  if (!buf.error().empty()) {
+  TraceSax sax(trace, options.keep);
+  bool ok = json::sax_parse(in, &sax, nlohmann::detail::input_format_t::json, /*strict=*/true,
+                            /*ignore_comments=*/true);
+  if (buf.over_limit()) {
+    const std::string limit = options.max_bytes % (int64_t{1} << 30) == 0
+                                  ? fmt::format("{} GiB", options.max_bytes >> 30)
+                                  : fmt::format("{} bytes", options.max_bytes);
     throw InputError(path, "",
-                     fmt::format("truncated or corrupt gzip data (zlib: {})", buf.error()));
+                     fmt::format("more than {} of JSON (decompressed), the limit on one trace "
+                                 "(docs/formats.md, Limits): far larger than any profile a "
+                                 "viewer opens, or an endless stream",
+                                 limit));
   }
+  if (!buf.zlib_error().empty()) {
+    throw InputError(path, "",
+                     fmt::format("not a valid gzip stream (zlib: {}) after {} decompressed "
+                                 "bytes: the file is truncated or corrupt",
+                                 buf.zlib_error(), buf.bytes_read()));
+  }
+  const ParseFailure& failure = sax.failure();
+  const bool at_end = buf.at_end() && failure.byte >= static_cast<std::size_t>(buf.bytes_read());
+  // The Trace Event Format lets a bare array of events end without its ']'.
+  if (!ok && failure.reason.empty() && at_end && sax.between_array_events()) ok = true;
   if (!ok) {
-    throw InputError(path, "", sax.error().empty() ? "not valid JSON" : sax.error());
+    if (!failure.reason.empty()) throw InputError(path, "", failure.reason);
+    if (at_end) {
+      const std::string line = failure.line_and_column.substr(0, failure.line_and_column.find(','));
+      throw InputError(path, "",
+                       failure.where.empty()
+                           ? std::string("the file ends before any JSON value: it is empty")
+                           : fmt::format("the file ends inside {} ({}, after {} bytes): "
+                                         "truncated?",
+                                         failure.where, line, buf.bytes_read()));
+    }
+    // nlohmann takes a NUL byte for the end of its input: binary data (/dev/zero, a
+    // sparse file), not the end of the file.
+    if (failure.parser_message.find("unexpected end of input") != std::string::npos) {
+      throw InputError(path, "",
+                       fmt::format("a NUL byte at {} (byte {}): binary data, not JSON text",
+                                   failure.line_and_column, failure.byte));
+    }
+    throw InputError(
+        path, "",
+        fmt::format("not valid JSON at {} (byte {}{}): {}", failure.line_and_column, failure.byte,
+                    failure.where.empty() ? "" : ", in " + failure.where, failure.parser_message));
   }
   if (!trace.has_trace_events) {
     throw InputError(path, "traceEvents",
@@ -401,14 +944,25 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   return trace;
 }
 
+bool can_read_twice(const std::string& path) {
+  // stat, not open: opening a FIFO would wait for a writer.
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
 std::string read_file_prefix(const std::string& path, std::size_t max_bytes) {
-  GzStreamBuf buf(path);
-  if (!buf.is_open()) throw InputError(path, "", "cannot open the file");
+  GzStreamBuf buf(path, kMaxTraceBytes);
   std::string text;
   text.reserve(max_bytes);
   for (auto c = buf.sbumpc(); c != std::char_traits<char>::eof() && text.size() < max_bytes;
        c = buf.sbumpc()) {
     text.push_back(static_cast<char>(c));
+  }
+  if (!buf.zlib_error().empty()) {
+    throw InputError(path, "",
+                     fmt::format("not a valid gzip stream (zlib: {}): the file is truncated or "
+                                 "corrupt",
+                                 buf.zlib_error()));
   }
   return text;
 }

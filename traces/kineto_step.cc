@@ -14,8 +14,7 @@ namespace {
 std::vector<KinetoStep> profiler_steps(const std::vector<KinetoEvent>& events) {
   std::vector<KinetoStep> steps;
   for (const KinetoEvent& e : events) {
-    if (e.ph == 'X' && e.cat != "gpu_user_annotation" && starts_with(e.name, "ProfilerStep#"))
-      steps.push_back({std::string(e.name), e.ts, end_of(e), e.tid});
+    if (is_profiler_step(e)) steps.push_back({std::string(e.name), e.ts, end_of(e), e.tid});
   }
   std::sort(steps.begin(), steps.end(),
             [](const KinetoStep& a, const KinetoStep& b) { return a.begin < b.begin; });
@@ -61,10 +60,15 @@ KinetoStep named_step(const std::vector<KinetoStep>& steps, const std::string& w
   const auto it = std::find_if(steps.begin(), steps.end(),
                                [&](const KinetoStep& s) { return s.name == wanted; });
   if (it == steps.end()) {
+    // A long profile has hundreds of steps: the first few name the pattern.
+    constexpr std::size_t kNamesShown = 8;
     std::string names;
-    for (const KinetoStep& s : steps) names += (names.empty() ? "" : ", ") + s.name;
-    throw InputError(file, "--step",
-                     fmt::format("no step '{}' in the trace (it has {})", wanted, names));
+    for (std::size_t i = 0; i < steps.size() && i < kNamesShown; ++i)
+      names += (i == 0 ? "" : ", ") + quote_input(steps[i].name, 40);
+    if (steps.size() > kNamesShown) names += fmt::format(", … ({} steps)", steps.size());
+    throw InputError(
+        file, "--step",
+        fmt::format("no step {} in the trace (it has {})", quote_input(wanted), names));
   }
   return *it;
 }

@@ -11,6 +11,13 @@ namespace shardplan {
 // timeline.json schema version (docs/formats.md).
 inline constexpr int kTimelineVersion = 1;
 
+// The longest step any timeline or trace may describe: a day. A step longer than that is
+// not a training step but a unit error or corrupt times: Llama 3 405B's steps took about
+// 6 s (16 M tokens per step at about 400 TFLOP/s on each of 16 384 H100s, Dubey et al.
+// 2024), so a day is 10 000x the slowest published step, and times up to it stay exact
+// to the nanosecond in a double.
+inline constexpr double kMaxStepSeconds = 86400;
+
 // One op of a step as it ran (measured) or would run (predicted), seconds from the step's
 // start. Streams and kinds are the plan's names ("compute", "ag"; "forward", "all_gather").
 struct TimelineOp {

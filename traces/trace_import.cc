@@ -31,15 +31,20 @@ std::unique_ptr<TraceImporter> make_trace_importer(const std::string& format,
   if (format == "kineto") return make_kineto_importer();
   if (format != "auto") {
     throw InputError("", "--format",
-                     fmt::format("unknown trace format '{}' (kineto, auto)", format));
+                     fmt::format("unknown trace format {} (kineto, auto)", quote_input(format)));
   }
   // A Chrome trace opens with an object whose keys include traceEvents (Kineto writes
-  // schemaVersion and deviceProperties first); anything else is not one we read.
+  // schemaVersion and deviceProperties first), or is a bare array of events (the Trace
+  // Event Format's JSON Array Format); anything else is not one we read.
   const std::string head = read_file_prefix(path, 1 << 16);
   const std::size_t first = head.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) throw InputError(path, "", "the file is empty");
-  if (head[first] != '{') {
-    throw InputError(path, "", "not JSON (a Chrome trace starts with '{'); gzip is read as is");
+  if (first == std::string::npos) {
+    throw InputError(path, "",
+                     head.empty() ? "the file is empty" : "the file holds only white space");
+  }
+  if (head[first] != '{' && head[first] != '[') {
+    throw InputError(path, "",
+                     "not JSON (a Chrome trace starts with '{' or '['; gzip is read as is)");
   }
   if (head.find("\"family\"") != std::string::npos &&
       head.find("\"traceEvents\"") == std::string::npos) {

@@ -106,7 +106,47 @@ TEST(TraceImportCommand, TruncatedGzip) {
   std::ifstream in(kReal + "resnet_act_checkpoint.json.gz", std::ios::binary);
   const std::string whole{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   expect_import_fails(write_temp_file("cut.json.gz", whole.substr(0, whole.size() / 3)),
-                      "truncated or corrupt gzip");
+                      "not a valid gzip stream (zlib: unexpected end of file)");
+}
+
+// A gzip header and then no deflate data was "the file is empty".
+TEST(TraceImportCommand, CorruptGzip) {
+  expect_import_fails(write_temp_file("corrupt.json.gz",
+                                      std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10) +
+                                          "garbage, not deflate"),
+                      "not a valid gzip stream (zlib: invalid block type)");
+}
+
+TEST(TraceImportCommand, TruncatedJsonSaysWhere) {
+  expect_import_fails(write_temp_file("cut.json", R"({"traceEvents": [{"ph": "X", "name": "a",)"),
+                      "the file ends inside the event /traceEvents/0 (line 1, after 41 bytes): "
+                      "truncated?");
+}
+
+// Devices end at once with a reason, not in bad_alloc: /dev/zero is binary from its first
+// byte, whatever format is asked for.
+TEST(TraceImportCommand, DevZero) {
+  expect_import_fails("/dev/zero", "not JSON (a Chrome trace starts with '{' or '['");
+  const CommandResult r = run_shardplan({"trace", "import", "--format", "kineto", "/dev/zero"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("/dev/zero: a NUL byte at line 1, column 1"));
+}
+
+// The Trace Event Format's other form: a bare array of events, its ']' optional.
+TEST(TraceImportCommand, ReadsTheJsonArrayForm) {
+  const std::string fsdp2 =
+      std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/fsdp2_two_layers_trace.json";
+  const nlohmann::json events = read_json(fsdp2)["traceEvents"];
+  std::string array = events.dump();
+  array.pop_back();  // as a killed tracer leaves it: no closing bracket
+  const CommandResult r =
+      run_shardplan({"trace", "import", write_temp_file("array.json", array), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json object = stdout_json(run_shardplan({"trace", "import", fsdp2, "--json"}));
+  const nlohmann::json bare = stdout_json(r);
+  EXPECT_EQ(bare["measured"], object["measured"]);
+  EXPECT_EQ(bare["events"], object["events"]);
+  EXPECT_NEAR(bare["measured"]["step_seconds"].get<double>(), 410e-6, 1e-12);
 }
 
 TEST(TraceImportCommand, NoGpuEvents) {

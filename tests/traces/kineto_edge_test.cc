@@ -166,7 +166,40 @@ TEST(KinetoEdges, OlderSpellingsAndMissingFields) {
   EXPECT_TRUE(has_warning(tr, "carry no sizes"));
   EXPECT_TRUE(has_warning(tr, "carry no 'Total Allocated'"));
   EXPECT_TRUE(has_warning(tr, "1 events without a time stamp"));
+  EXPECT_TRUE(has_warning(tr, "(the first: /traceEvents/5 'aten::add': no ts)"));
   EXPECT_TRUE(tr.timeline.memory.empty());
+}
+
+// Values no profiler writes: a message of 2^63-1 elements (which became -2 bytes), a
+// group of 0 ranks, a negative duration. Sizes read as unknown and the event with the
+// impossible time is left out, each said in a warning; nothing absurd is copied out.
+TEST(KinetoEdges, ImpossibleValuesAreWarnedNotCopied) {
+  json ev = json::array();
+  ev.push_back(range("ProfilerStep#1", "user_annotation", 1, 0, 100));
+  ev.push_back(range("aten::mm", "cpu_op", 1, 5, 5));
+  ev.push_back(range("aten::add", "cpu_op", 1, 7, -5));
+  launch(ev, 1, 1, 6, 10, 30, "ncclKernel_AllReduce_RING_LL_Sum_float",
+         {{"Collective name", "allreduce"},
+          {"In msg nelems", 9223372036854775807LL},
+          {"Out msg nelems", 9223372036854775807LL},
+          {"Group size", 0},
+          {"dtype", "Float"}});
+  const ImportedTrace tr = import_json({{"traceEvents", ev}}, "absurd.json");
+  ASSERT_EQ(tr.collectives.size(), 1u);
+  EXPECT_EQ(tr.collectives[0].in_elements, -1);
+  EXPECT_EQ(tr.collectives[0].group_size, -1);
+  EXPECT_EQ(tr.collectives[0].bytes, 0);
+  EXPECT_TRUE(has_warning(tr, "1 of 1 collectives carry no sizes"));
+  EXPECT_TRUE(has_warning(
+      tr,
+      "3 sizes, counts or ids were not whole numbers in their physical range and were read "
+      "as absent (the first: /traceEvents/4 'ncclKernel_AllReduce_RING_LL_Sum_float': 'Group "
+      "size' 0 is outside [1, 2^20]"));
+  EXPECT_TRUE(has_warning(tr,
+                          "1 events without a time stamp ('ts') or with a time no profiler "
+                          "writes (not finite, a negative duration, longer than a day) were "
+                          "left out (the first: /traceEvents/2 'aten::add': dur -5 µs is "
+                          "negative)"));
 }
 
 TEST(KinetoEdges, GpuEventsAloneAreAnError) {

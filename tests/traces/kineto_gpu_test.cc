@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/expect_input_error.h"
 #include "traces/kineto_passes.h"
 
 namespace shardplan::kineto {
@@ -107,6 +108,36 @@ TEST_F(KinetoGpu, TheClockFollowsComputeLaunchesAndNeverGoesBack) {
   // The kernel launched at 30 started at 1040, before the one launched at 20.
   EXPECT_NEAR(clock.seconds_at(35), 50e-6, 1e-12);
   EXPECT_NEAR(clock.seconds_at(90), 500e-6, 1e-12);
+}
+
+// A kernel cannot start before the call that launched it beyond the few µs the CPU and
+// GPU clocks disagree: one that does is left out, or the step would stretch back to it.
+TEST_F(KinetoGpu, AKernelFarBeforeItsLaunchIsLeftOut) {
+  launch(trace_.events, 7, 40, 1000 - 5e6, 1000 - 5e6 + 10);  // 5 s before its launch at 40
+  cpu_ = index_cpu_events(trace_.events, step_);
+  GpuActivity gpu = import();
+  EXPECT_EQ(gpu.timeline.ops.size(), 5u);  // as without it
+  EXPECT_NEAR(gpu.timeline.summary.step_seconds, 510e-6, 1e-12);
+  EXPECT_THAT(gpu.warnings[0],
+              HasSubstr("1 GPU activities start more than 1000 µs before the runtime call that "
+                        "launched them"));
+  EXPECT_THAT(gpu.warnings[0], HasSubstr("the first: 'gemm' starts at -4999000.000 µs"));
+  // 999 µs ahead of its launch (at 90) is within the skew: kept, and the step starts there.
+  launch(trace_.events, 8, 90, 90 - 999, 90 - 990);
+  cpu_ = index_cpu_events(trace_.events, step_);
+  gpu = import();
+  EXPECT_EQ(gpu.timeline.ops.size(), 6u);
+  EXPECT_NEAR(gpu.timeline.summary.step_seconds, (1510 - (90 - 999)) * 1e-6, 1e-12);
+}
+
+// Work launched in the step but run days later: no step is that long, and the timeline
+// written would not read back.
+TEST_F(KinetoGpu, AStepLongerThanADayIsRefused) {
+  launch(trace_.events, 7, 40, 1000 + 2 * 86400e6, 1000 + 2 * 86400e6 + 10);
+  cpu_ = index_cpu_events(trace_.events, step_);
+  testing::expect_input_error([&] { import(); }, "traceEvents",
+                              "the GPU work of ProfilerStep#1 spans 172800 s, longer than a day",
+                              "t.json");
 }
 
 TEST(KinetoMemory, CudaSamplesInTimeOrderOnTheGpuClock) {

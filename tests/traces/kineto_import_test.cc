@@ -301,7 +301,7 @@ TEST(KinetoImport, StreamsFollowTheCollectiveKind) {
 TEST(KinetoImport, UnknownStepListsTheSteps) {
   expect_input_error(
       [] { import(kFsdp2, {.step = "9"}); }, "--step",
-      "no step 'ProfilerStep#9' in the trace (it has ProfilerStep#2, ProfilerStep#3)");
+      "no step 'ProfilerStep#9' in the trace (it has 'ProfilerStep#2', 'ProfilerStep#3')");
 }
 
 TEST(KinetoImport, TraceWithoutGpuEventsIsAnError) {
@@ -317,7 +317,9 @@ TEST(KinetoImport, ModelFileIsNotATrace) {
   expect_input_error([&] { make_trace_importer("auto", path); }, "", "pass it as --model", path);
   expect_input_error([&] { make_trace_importer("nsys", path); }, "--format",
                      "unknown trace format");
-  const std::string empty = write_temp_file("empty.json", "\n ");
+  const std::string blank = write_temp_file("blank.json", "\n ");
+  expect_input_error([&] { make_trace_importer("auto", blank); }, "", "only white space", blank);
+  const std::string empty = write_temp_file("empty.json", "");
   expect_input_error([&] { make_trace_importer("auto", empty); }, "", "the file is empty", empty);
 }
 

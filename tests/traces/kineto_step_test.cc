@@ -42,8 +42,8 @@ TEST(KinetoStep, ANamedStepByNumberOrFullName) {
 
 TEST(KinetoStep, AnUnknownStepNamesThoseThere) {
   testing::expect_input_error([] { choose_step(two_steps(), "6", "t.json"); }, "--step",
-                              "no step 'ProfilerStep#6' in the trace (it has ProfilerStep#4, "
-                              "ProfilerStep#5)",
+                              "no step 'ProfilerStep#6' in the trace (it has 'ProfilerStep#4', "
+                              "'ProfilerStep#5')",
                               "t.json");
 }
 
