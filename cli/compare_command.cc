@@ -31,9 +31,10 @@ void check_same_plan(const Timeline& predicted, const Timeline& measured, const 
   }
   for (std::size_t i = 0; i < predicted.ops.size(); ++i) {
     if (predicted.ops[i].name != measured.ops[i].name) {
-      throw InputError(p.measured, fmt::format("ops/{}/name", i),
-                       fmt::format("'{}' where {} has '{}': not the same plan",
-                                   measured.ops[i].name, p.predicted, predicted.ops[i].name));
+      throw InputError(
+          p.measured, fmt::format("ops/{}/name", i),
+          fmt::format("{} where {} has {}: not the same plan", quote_input(measured.ops[i].name),
+                      p.predicted, quote_input(predicted.ops[i].name)));
     }
   }
 }

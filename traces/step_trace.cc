@@ -97,11 +97,21 @@ StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& la
     trace.checkpointed.push_back(flags[i].get<bool>());
   }
   trace.grad_accum = r.integer_in("grad_accum", 1, limits::kMaxGradAccum);
+  // Traced modules are FSDP units: a plan's bound on units × micro-batches holds here too,
+  // and keeps the counts below (one per module and micro-batch) small.
+  if (static_cast<int64_t>(trace.modules.size()) * trace.grad_accum >
+      limits::kMaxUnitMicroBatches) {
+    r.fail("grad_accum",
+           fmt::format("{} modules × {} micro-batches is more than the {} units × micro-batches "
+                       "a plan may have (docs/formats.md, Limits)",
+                       trace.modules.size(), trace.grad_accum, limits::kMaxUnitMicroBatches));
+  }
   trace.recompute = parse_recompute(r.string("recompute"), r.file(), r.path_of("recompute"));
   std::unordered_map<std::string, int64_t> index;
   for (std::size_t m = 0; m < trace.modules.size(); ++m) {
     if (!index.emplace(trace.modules[m], static_cast<int64_t>(m)).second) {
-      r.fail(fmt::format("modules/{}", m), fmt::format("'{}' is listed twice", trace.modules[m]));
+      r.fail(fmt::format("modules/{}", m),
+             fmt::format("{} is listed twice", quote_input(trace.modules[m])));
     }
   }
   // Forward and backward of every module once per micro-batch.
@@ -123,7 +133,8 @@ StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& la
     if (*kind != StepEventKind::optimizer_step && *kind != StepEventKind::final_callback) {
       const std::string name = e.string("module");
       const auto found = index.find(name);
-      if (found == index.end()) e.fail("module", fmt::format("'{}' is not in /modules", name));
+      if (found == index.end())
+        e.fail("module", fmt::format("{} is not in /modules", quote_input(name)));
       event.module = found->second;
       const auto slot = static_cast<std::size_t>(event.micro_batch) * trace.modules.size() +
                         static_cast<std::size_t>(event.module);
@@ -135,10 +146,11 @@ StepTrace step_trace_from_json(const nlohmann::json& json, const std::string& la
   for (std::size_t slot = 0; slot < forwards.size(); ++slot) {
     if (forwards[slot] != 1 || backwards[slot] != 1) {
       r.fail("events",
-             fmt::format("micro-batch {} runs module '{}' forward {} and backward {} times, not "
+             fmt::format("micro-batch {} runs module {} forward {} and backward {} times, not "
                          "once each",
-                         slot / trace.modules.size(), trace.modules[slot % trace.modules.size()],
-                         forwards[slot], backwards[slot]));
+                         slot / trace.modules.size(),
+                         quote_input(trace.modules[slot % trace.modules.size()]), forwards[slot],
+                         backwards[slot]));
     }
   }
   return trace;

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 
+#include "models/error.h"
 #include "models/json_reader.h"
+#include "models/limits.h"
 
 namespace shardplan {
 
@@ -38,6 +40,21 @@ std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, doub
     }
   }
   return out;
+}
+
+// A time or duration of a step, in seconds: finite, non-negative and at most a day.
+double step_seconds_of(const JsonReader& r, std::string_view key) {
+  const double v = r.number(key);
+  if (!(v >= 0 && v <= kMaxStepSeconds)) {
+    r.fail(key, fmt::format("{:g} s is not a time within a step: must be in [0, {:g}] (a day; "
+                            "no training step is longer)",
+                            v, kMaxStepSeconds));
+  }
+  return v;
+}
+
+double optional_step_seconds(const JsonReader& r, std::string_view key) {
+  return r.has(key) ? step_seconds_of(r, key) : 0.0;
 }
 
 bool is_collective_kind(const std::string& kind) {
@@ -150,48 +167,45 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
   Timeline t{.source = r.string("source"),
              .model = r.string("model"),
              .cluster = r.string("cluster"),
-             .num_gpus = r.positive_integer("num_gpus"),
+             .num_gpus = r.integer_in("num_gpus", 1, limits::kMaxGpus),
              .allocator = r.string("allocator"),
              .critical_path = r.integers("critical_path")};
   if (t.source != "predicted" && t.source != "measured" && t.source != "profiled")
-    r.fail("source",
-           fmt::format("expected 'predicted', 'measured' or 'profiled', got '{}'", t.source));
+    r.fail("source", fmt::format("expected 'predicted', 'measured' or 'profiled', got {}",
+                                 quote_input(t.source)));
   const JsonReader s = r.object("summary");
   TimelineSummary& m = t.summary;
-  m.step_seconds = s.non_negative_number("step_seconds");
+  m.step_seconds = step_seconds_of(s, "step_seconds");
   m.tokens_per_second_per_gpu = s.non_negative_number("tokens_per_second_per_gpu");
   m.tflops_per_gpu = s.non_negative_number("tflops_per_gpu");
   m.mfu = s.non_negative_number("mfu");
-  m.compute_seconds = s.non_negative_number("compute_seconds");
-  m.exposed_all_gather_seconds = s.non_negative_number("exposed_all_gather_seconds");
-  m.exposed_reduce_scatter_seconds = s.non_negative_number("exposed_reduce_scatter_seconds");
-  m.exposed_outer_seconds = s.non_negative_number("exposed_outer_seconds");
+  m.compute_seconds = step_seconds_of(s, "compute_seconds");
+  m.exposed_all_gather_seconds = step_seconds_of(s, "exposed_all_gather_seconds");
+  m.exposed_reduce_scatter_seconds = step_seconds_of(s, "exposed_reduce_scatter_seconds");
+  m.exposed_outer_seconds = step_seconds_of(s, "exposed_outer_seconds");
   // Absent from timelines written before tensor and context parallelism.
-  m.exposed_model_parallel_seconds = s.has("exposed_model_parallel_seconds")
-                                         ? s.non_negative_number("exposed_model_parallel_seconds")
-                                         : 0.0;
-  m.peak_allocated_bytes = s.integer("peak_allocated_bytes");
-  m.peak_reserved_bytes = s.integer("peak_reserved_bytes");
-  m.capacity_bytes = s.integer("capacity_bytes");
+  m.exposed_model_parallel_seconds = optional_step_seconds(s, "exposed_model_parallel_seconds");
+  m.peak_allocated_bytes = s.integer_in("peak_allocated_bytes", 0, limits::kMaxPoolBytes);
+  m.peak_reserved_bytes = s.integer_in("peak_reserved_bytes", 0, limits::kMaxPoolBytes);
+  m.capacity_bytes = s.integer_in("capacity_bytes", 0, limits::kMaxPoolBytes);
   m.fits = s.boolean("fits");
   const JsonReader p = s.object("critical_path");
-  m.critical_path = {
-      .compute = p.non_negative_number("compute"),
-      .all_gather = p.non_negative_number("all_gather"),
-      .reduce_scatter = p.non_negative_number("reduce_scatter"),
-      .outer = p.non_negative_number("outer"),
-      .optimizer = p.non_negative_number("optimizer"),
-      .model_parallel = p.has("model_parallel") ? p.non_negative_number("model_parallel") : 0.0,
-      // Absent from timelines written before activation offload.
-      .offload = p.has("offload") ? p.non_negative_number("offload") : 0.0};
+  m.critical_path = {.compute = step_seconds_of(p, "compute"),
+                     .all_gather = step_seconds_of(p, "all_gather"),
+                     .reduce_scatter = step_seconds_of(p, "reduce_scatter"),
+                     .outer = step_seconds_of(p, "outer"),
+                     .optimizer = step_seconds_of(p, "optimizer"),
+                     .model_parallel = optional_step_seconds(p, "model_parallel"),
+                     // Absent from timelines written before activation offload.
+                     .offload = optional_step_seconds(p, "offload")};
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops", "group"});
     TimelineOp op{.op = o.integer("op"),
                   .name = o.string("name"),
                   .stream = o.string("stream"),
                   .kind = o.string("kind"),
-                  .start = o.non_negative_number("start"),
-                  .end = o.non_negative_number("end"),
+                  .start = step_seconds_of(o, "start"),
+                  .end = step_seconds_of(o, "end"),
                   .bytes = o.non_negative_number("bytes"),
                   .flops = o.non_negative_number("flops"),
                   .group = o.has("group") ? o.string("group") : std::string()};
@@ -212,6 +226,11 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
         !bytes_ok(row[2])) {
       r.fail(fmt::format("memory/{}", i),
              "expected [time, allocated, reserved] with whole, non-negative byte counts");
+    }
+    if (const double time = row[0].get<double>(); !(time >= 0 && time <= kMaxStepSeconds)) {
+      r.fail(fmt::format("memory/{}", i),
+             fmt::format("time {:g} s is not within a step: must be in [0, {:g}] (a day)", time,
+                         kMaxStepSeconds));
     }
     t.memory.push_back({row[0].get<double>(), row[1].get<int64_t>(), row[2].get<int64_t>()});
   }

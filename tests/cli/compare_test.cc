@@ -50,6 +50,20 @@ TEST(CompareCommand, SumsOpTimePerKindAndTheStep) {
   EXPECT_THAT(text.out, HasSubstr("-50.0 %"));
 }
 
+// An op of 1e308 seconds was compared as valid: every time in a timeline is a time within
+// a step of at most a day.
+TEST(CompareCommand, RefusesTimesNoStepHas) {
+  const std::string a = timeline({"--model", "tiny", "--gpus", "2"}, "ok.json");
+  std::ifstream in(a);
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["ops"][0]["end"] = 1e308;
+  const std::string b = write_temp_file("absurd_timeline.json", j.dump());
+  const CommandResult r = run_shardplan({"compare", a, b});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("absurd_timeline.json: /ops/0/end: 1e+308 s is not a time within "
+                               "a step: must be in [0, 86400] (a day"));
+}
+
 TEST(CompareCommand, RefusesTimelinesOfDifferentPlans) {
   const std::string a = timeline({"--model", "tiny", "--gpus", "2"}, "p2.json");
   const std::string b =
