@@ -6,6 +6,7 @@
 #include "cli/job.h"
 #include "cli/options.h"
 #include "models/atomic_file.h"
+#include "models/error.h"
 #include "models/json_reader.h"
 #include "models/text_format.h"
 #include "planner/plan_builder.h"
@@ -98,6 +99,14 @@ int run_plan(const PlanParams& p, std::ostream& out) {
                        step_trace_from_json(read_json_file(p.step_trace), p.step_trace),
                        p.step_trace);
   if (const auto error = validate_plan(plan)) {
+    // A job no GPU could hold (a buffer or a rank's memory past plan_limits) is the
+    // input's; any other inconsistency is the planner's.
+    if (error->kind == PlanErrorKind::out_of_range) {
+      throw InputError("", "plan",
+                       error->message +
+                           ": the job is beyond any GPU; more GPUs (dp_shard, tp, "
+                           "cp, ep) or a smaller micro-batch shrink it");
+    }
     throw std::logic_error("the planner built an invalid plan (" +
                            std::string(plan_error_kind_name(error->kind)) + "): " + error->message);
   }

@@ -163,11 +163,13 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                  "capacity_bytes", "model_flops", "tokens_per_gpu", "config", "process_groups",
                  "pool", "memory", "units", "groups", "segments", "buffers", "ops"});
   Plan plan;
-  plan.version = static_cast<int>(r.integer("version"));
-  if (plan.version != kPlanVersion) {
-    r.fail("version", fmt::format("plan schema version {} is not the supported {}", plan.version,
-                                  kPlanVersion));
+  // Compared before narrowing: 2^32 + 5 is not version 5.
+  const int64_t version = r.integer("version");
+  if (version != kPlanVersion) {
+    r.fail("version",
+           fmt::format("plan schema version {} is not the supported {}", version, kPlanVersion));
   }
+  plan.version = kPlanVersion;
   plan.model = r.string("model");
   plan.cluster = r.string("cluster");
   plan.num_gpus = r.positive_integer("num_gpus");
