@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,13 +14,44 @@
 #include "executor/cuda_probe.h"
 #include "executor/replay.h"
 #include "models/atomic_file.h"
+#include "models/cluster_spec.h"
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
 #include "models/text_format.h"
 #include "planner/plan_json.h"
+#include "planner/sweep.h"
+#include "simulator/simulate.h"
 
 namespace shardplan {
+namespace {
+
+// The measured step's MFU, or why there is none: a CUDA replay's step on the GPU the plan
+// was made for (its built-in cluster's dense BF16 peak, as simulate); the CPU backend's
+// step runs shrunk matmuls on CPUs, which no GPU peak measures.
+struct MeasuredMfu {
+  std::optional<double> value;
+  std::string note;
+};
+MeasuredMfu measured_mfu(const Plan& plan, const Timeline& t, const std::string& backend) {
+  if (backend != "cuda") {
+    return {std::nullopt,
+            "the CPU backend runs each compute op's matmuls shrunk by --compute-scale on CPUs: "
+            "its step is no GPU's"};
+  }
+  const std::vector<std::string> names = cluster_zoo_names();
+  if (std::find(names.begin(), names.end(), plan.cluster) == names.end()) {
+    return {std::nullopt,
+            fmt::format("the plan's cluster '{}' is not built in, so its GPU's peak is unknown",
+                        plan.cluster)};
+  }
+  const ClusterSpec cluster = load_cluster(plan.cluster, std::nullopt, plan.num_gpus);
+  return {model_flops_utilization(plan, t.summary.step_seconds, cluster),
+          fmt::format("model FLOPs ÷ {}'s dense BF16 peak", cluster.gpu.name)};
+}
+
+}  // namespace
+
 int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (p.backend != "cpu" && p.backend != "cuda")
     throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
@@ -67,7 +99,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     abort(1);
   }
   try {
-    check_replayable(plan, backend->world_size());
+    check_replayable(plan, *backend);
   } catch (const InputError& e) {
     // Every rank finds the same: one says it, and the others wait until it has (an abort
     // from another rank could otherwise kill rank 0 before its message is out).
@@ -89,11 +121,19 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     abort(3);
   }
   if (backend->rank() != 0) return 0;
+  const MeasuredMfu mfu = measured_mfu(plan, t, p.backend);
+  t.summary.mfu = mfu.value.value_or(0);
   if (!p.output.empty()) write_file_atomically(p.output, timeline_to_json(t).dump(1) + "\n");
   if (p.json) {
     nlohmann::json j = timeline_to_json(t);
     j.erase("ops");
     j.erase("memory");
+    // No MFU is null, with the reason beside it, never a 0 that reads as a measurement.
+    if (!mfu.value) {
+      j["summary"]["mfu"] = nullptr;
+      j["mfu_note"] = mfu.note;
+    }
+    j["config"] = fsdp_config_to_json(plan.config);
     j["backend"] = p.backend;
     j["ranks"] = backend->world_size();
     j["checked"] = options.check;
@@ -103,10 +143,13 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   out << fmt::format(
       "Executed {} on {} ranks ({} backend): {} warmup + {} timed steps, {} ops per step\n",
       plan.model, backend->world_size(), p.backend, p.warmup, p.steps, plan.ops.size());
+  out << fmt::format("config: {}\n", describe_config(plan.config));
   out << fmt::format("step time (slowest rank): {:.3f} ms; pool {} + persistent, {} held\n",
                      t.summary.step_seconds * 1e3,
                      format_bytes(static_cast<double>(plan.pool.size_bytes)),
                      format_bytes(static_cast<double>(t.summary.peak_reserved_bytes)));
+  out << (mfu.value ? fmt::format("MFU: {:.1f} % ({})\n", 100 * *mfu.value, mfu.note)
+                    : fmt::format("MFU: none ({})\n", mfu.note));
   if (p.backend == "cuda") {
     out << "integrity checks: CPU backend only\n";
     if (!p.output.empty()) out << "wrote " << p.output << "\n";

@@ -5,12 +5,15 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
+
+#include "models/error.h"
 
 namespace shardplan {
 namespace {
@@ -141,6 +144,26 @@ class CpuBackend final : public ExecutorBackend {
 
   double now() override { return MPI_Wtime(); }
 
+  void check_plan(const Plan& plan) const override {
+    check_matmuls(plan);
+    // A collective's buffers go to MPI whole: their bytes (and element counts) are int.
+    for (const PlanOp& op : plan.ops) {
+      if (!is_collective(op.kind)) continue;
+      for (const auto* list : {&op.reads, &op.writes}) {
+        for (int64_t id : *list) {
+          const PlanBuffer& b = plan.buffers[static_cast<std::size_t>(id)];
+          if (b.bytes > cpu_backend_limits::kMaxCollectiveBufferBytes)
+            throw InputError(
+                "plan", fmt::format("/buffers/{}/bytes", b.id),
+                fmt::format("op {} '{}' moves buffer '{}' of {} bytes; the CPU backend's MPI "
+                            "calls count in int (at most {} bytes): run it with --backend cuda",
+                            op.id, op.name, b.name, b.bytes,
+                            cpu_backend_limits::kMaxCollectiveBufferBytes));
+        }
+      }
+    }
+  }
+
   double max_over_ranks(double seconds) override {
     double out = 0;
     MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -210,6 +233,44 @@ class CpuBackend final : public ExecutorBackend {
 
   MPI_Comm comm(const PlanOp& op) const { return comms_[static_cast<std::size_t>(op.group)]; }
 
+  // The reduced matmuls fit the backend's memory and time (cpu_backend_limits): a plan
+  // that would run for hours, or allocate more than the host has, is refused up front
+  // with the scale that fits.
+  void check_matmuls(const Plan& plan) const {
+    const double scale = options_.compute_scale;
+    double step_flops = 0, largest_bytes = 0;
+    const PlanOp* largest = nullptr;
+    for (const PlanOp& op : plan.ops) {
+      if (op.kind != OpKind::forward && op.kind != OpKind::backward && op.kind != OpKind::recompute)
+        continue;
+      for (const GemmShape& g : op_gemms(plan, op)) {
+        const GemmShape r = cpu_reduced_gemm(g, scale);
+        const auto [m, n, k] = std::array<double, 3>{
+            static_cast<double>(r.m), static_cast<double>(r.n), static_cast<double>(r.k)};
+        step_flops += 2 * m * n * k;
+        const double operand_bytes = 4 * (m * k + k * n + m * n);
+        if (operand_bytes > largest_bytes) {
+          largest_bytes = operand_bytes;
+          largest = &op;
+        }
+      }
+    }
+    using cpu_backend_limits::kMaxGemmBytes;
+    using cpu_backend_limits::kMaxStepFlops;
+    if (step_flops <= kMaxStepFlops && largest_bytes <= kMaxGemmBytes) return;
+    // FLOPs shrink as the scale, operands as its 2/3 power (dimensions shrink as its cube
+    // root); dimensions already at 1 shrink no further, so this is an estimate.
+    const double fits = scale * std::min({1.0, kMaxStepFlops / step_flops,
+                                          std::pow(kMaxGemmBytes / largest_bytes, 1.5)});
+    throw InputError(
+        "", "--compute-scale",
+        fmt::format("at {:g} the CPU backend would run {:.3g} FLOPs of matmuls per step (its "
+                    "limit: {:.0e}, about 30 s on one core) and hold up to {:.3g} bytes of "
+                    "operands in one (op {} '{}'; its limit: {:.3g}); about {:.2g} fits",
+                    scale, step_flops, kMaxStepFlops, largest_bytes, largest->id, largest->name,
+                    kMaxGemmBytes, fits));
+  }
+
   // Which slice of a sharded buffer this rank holds (0 for a whole one).
   int64_t shard_position(const PlanBuffer& b) const {
     if (b.shard_group < 0) return 0;
@@ -217,19 +278,15 @@ class CpuBackend final : public ExecutorBackend {
   }
 
   void compute(const PlanOp& op, const std::vector<BufferSpan>& writes) {
-    // The work: the layer's matmuls (two per matmul in backward), each dimension shrunk by
-    // the cube root of the compute scale so the FLOPs shrink by the scale.
-    const double shrink = std::cbrt(options_.compute_scale);
-    auto dim = [&](int64_t d) {
-      return static_cast<Eigen::Index>(std::max(1.0, std::round(static_cast<double>(d) * shrink)));
-    };
-    auto gemm = [&](int64_t m, int64_t n, int64_t k) {
-      const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(dim(m), dim(k), 0.5f);
-      const Eigen::MatrixXf b = Eigen::MatrixXf::Constant(dim(k), dim(n), 0.25f);
+    // The work: the layer's matmuls (two per matmul in backward), shrunk by the compute
+    // scale (within check_plan's limits).
+    for (const GemmShape& g : op_gemms(*plan_, op)) {
+      const GemmShape r = cpu_reduced_gemm(g, options_.compute_scale);
+      const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(r.m, r.k, 0.5f);
+      const Eigen::MatrixXf b = Eigen::MatrixXf::Constant(r.k, r.n, 0.25f);
       const Eigen::MatrixXf c = a * b;
       sink_ += c(0, 0);
-    };
-    for (const GemmShape& g : op_gemms(*plan_, op)) gemm(g.m, g.n, g.k);
+    }
     // no_sync: the backward's gradients are keyed by the accumulator they go into (the
     // next one in `writes`: a unit's dense and expert parameters have one each), so the
     // reduce-scatter can check each accumulator against their sum over micro-batches.
@@ -599,6 +656,14 @@ class CpuBackend final : public ExecutorBackend {
 };
 
 }  // namespace
+
+GemmShape cpu_reduced_gemm(const GemmShape& shape, double compute_scale) {
+  const double shrink = std::cbrt(compute_scale);
+  auto dim = [&](int64_t d) {
+    return static_cast<int64_t>(std::max(1.0, std::round(static_cast<double>(d) * shrink)));
+  };
+  return {.m = dim(shape.m), .n = dim(shape.n), .k = dim(shape.k)};
+}
 
 std::unique_ptr<ExecutorBackend> make_cpu_backend(const ReplayOptions& options) {
   return std::make_unique<CpuBackend>(options);

@@ -188,31 +188,57 @@ std::vector<int64_t> replay_order(const Plan& plan) {
   return order;
 }
 
-void check_replayable(const Plan& plan, int world_size) {
+void check_replayable(const Plan& plan, const ExecutorBackend& backend) {
   if (auto error = validate_plan(plan)) {
     throw InputError("plan", std::string(plan_error_kind_name(error->kind)),
                      "refusing an invalid plan: " + error->message);
   }
-  if (world_size != plan.num_gpus) {
+  if (backend.world_size() != plan.num_gpus) {
     throw InputError("plan", "num_gpus",
                      fmt::format("the plan is for {} GPUs but {} ranks were started (mpirun -np "
                                  "{})",
-                                 plan.num_gpus, world_size, plan.num_gpus));
+                                 plan.num_gpus, backend.world_size(), plan.num_gpus));
   }
+  backend.check_plan(plan);
+}
+
+std::string describe_stall(const Plan& plan, int step, int64_t op) {
+  constexpr std::string_view kOtherRank =
+      "another rank died or hangs, or the ranks disagree on a collective";
+  if (step < 0) {
+    return op == kSetupBuffers
+               ? "setup, allocating and filling this rank's buffers (this rank's own work: "
+                 "its memory is slow or swapping)"
+               : fmt::format(
+                     "setup, splitting the plan's process groups into communicators (a "
+                     "collective over every rank): {}",
+                     kOtherRank);
+  }
+  if (op < 0 || op >= static_cast<int64_t>(plan.ops.size())) {
+    return fmt::format(
+        "step {}'s start or end (the step time's maximum over every rank, a collective): {}", step,
+        kOtherRank);
+  }
+  const PlanOp& o = plan.ops[static_cast<std::size_t>(op)];
+  if (is_collective(o.kind)) {
+    const ProcessGroup& g = plan.process_groups[static_cast<std::size_t>(o.group)];
+    return fmt::format("step {}, op {} '{}' (a collective over '{}', {} ranks): {}", step, op,
+                       o.name, g.name, g.size, kOtherRank);
+  }
+  return fmt::format(
+      "step {}, op {} '{}' (this rank's own {} op, which no other rank takes part in: the op "
+      "itself ran past the limit; a smaller --compute-scale shortens compute ops)",
+      step, op, o.name, op_kind_name(o.kind));
 }
 
 Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions& options) {
-  check_replayable(plan, backend.world_size());
-  // From here on every rank depends on the others: a missing one must end the job.
-  Watchdog watchdog(
-      options.timeout_seconds, fmt::format("rank {} of {}", backend.rank(), backend.world_size()),
-      [&plan](int step, int64_t op) {
-        if (op < 0 || op >= static_cast<int64_t>(plan.ops.size()))
-          return fmt::format("step {} (setup or the step's end, a collective over every rank)",
-                             step);
-        return fmt::format("step {}, op {} '{}'", step, op,
-                           plan.ops[static_cast<std::size_t>(op)].name);
-      });
+  check_replayable(plan, backend);
+  // From here on every rank depends on the others: a missing one must end the job, and a
+  // rank whose own work runs past the limit says so (describe_stall).
+  Watchdog watchdog(options.timeout_seconds,
+                    fmt::format("rank {} of {}", backend.rank(), backend.world_size()),
+                    [&plan](int step, int64_t op) { return describe_stall(plan, step, op); });
+  watchdog.progress(-1, kSetupCommunicators);
   backend.prepare(plan);
   // The pool once at its planned size; persistent buffers one by one. Released on every
   // path out, errors included.
@@ -233,6 +259,7 @@ Timeline replay(const Plan& plan, ExecutorBackend& backend, const ReplayOptions&
     }
     return owned.back();
   };
+  watchdog.progress(-1, kSetupBuffers);
   std::byte* pool = allocate(plan.pool.size_bytes, "/pool/size_bytes");
   std::vector<BufferSpan> spans(plan.buffers.size());
   std::vector<BufferSpan> persistent;

@@ -121,11 +121,23 @@ class ExecutorBackend {
   }
   // Device memory in use after setup (0 when the backend cannot tell).
   virtual int64_t device_memory_used() { return 0; }
+  // Refuses (InputError) a valid plan this backend cannot run within its own limits (the
+  // CPU backend's work per step, MPI's int counts). Decided from the plan and options
+  // alone, so every rank decides alike.
+  virtual void check_plan(const Plan& plan) const { (void)plan; }
 };
 
-// What replay checks first, the same on every rank: the plan is valid and the world is
-// as large as the plan. InputError otherwise.
-void check_replayable(const Plan& plan, int world_size);
+// What replay checks first, the same on every rank: the plan is valid, the world is as
+// large as the plan, and the backend can run it. InputError otherwise.
+void check_replayable(const Plan& plan, const ExecutorBackend& backend);
+
+// What a rank that stopped making progress was running at `step` (-1: setup) and `op`
+// (kSetupCommunicators, kSetupBuffers or -1 at a step's start or end; else the op), and
+// who can be at fault: another rank, for a collective; this rank alone, for its own
+// compute. The watchdog's message (watchdog.h).
+inline constexpr int64_t kSetupCommunicators = -1;
+inline constexpr int64_t kSetupBuffers = -2;
+std::string describe_stall(const Plan& plan, int step, int64_t op);
 
 // Validates the plan, allocates the pool once at its planned size and every persistent
 // buffer (memory this rank cannot get is an InputError naming the buffer), then runs

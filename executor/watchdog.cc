@@ -52,9 +52,8 @@ void Watchdog::watch() {
     const int64_t idle_ns = now_ns() - last_progress_ns_.load(std::memory_order_acquire);
     if (idle_ns < timeout_ns) continue;
     const std::string line = fmt::format(
-        "shardplan: error: {}: no progress for {:.1f} s while running {}: another rank died "
-        "or hangs, or the ranks disagree on a collective; ending the job (execute --timeout "
-        "sets the limit)\n",
+        "shardplan: error: {}: no progress for {:.1f} s while running {}; ending the job "
+        "(execute --timeout sets the limit)\n",
         who_, static_cast<double>(idle_ns) * 1e-9,
         describe_(step_.load(std::memory_order_relaxed), op_.load(std::memory_order_relaxed)));
     // write(2): one unbuffered call, safe while the main thread is blocked in MPI.

@@ -14,8 +14,9 @@ namespace shardplan {
 // leaves the others waiting in a collective forever, and so does a plan whose ranks
 // disagree on their collectives. Like PyTorch's NCCL watchdog (ProcessGroupNCCL's
 // timeout), it bounds the wait instead of trusting every rank: after `timeout_seconds`
-// without a call to progress() it prints one line naming this rank and what it was
-// waiting on (`describe(step, op)`) to stderr and exits with kTimedOutExitCode without
+// without a call to progress() it prints one line naming this rank, what it was running
+// and who can be at fault (`describe(step, op)`: another rank, in a collective; this
+// rank, in its own compute) to stderr and exits with kTimedOutExitCode without
 // MPI_Finalize, which makes mpirun end every other rank.
 class Watchdog {
  public:

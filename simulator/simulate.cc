@@ -272,6 +272,10 @@ std::vector<BufferLifetime> buffer_lifetimes(const Plan& plan, const Timeline& t
   return spans;
 }
 
+double model_flops_utilization(const Plan& plan, double step_seconds, const ClusterSpec& cluster) {
+  return step_seconds > 0 ? plan.model_flops / (step_seconds * cluster.gpu.bf16_dense_flops) : 0;
+}
+
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   const auto n = plan.ops.size();
   const Graph g = op_graph(plan);
@@ -284,10 +288,9 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   s.step_seconds = n == 0 ? 0 : *std::max_element(end.begin(), end.end());
 
   summarize_streams(t);
-  if (s.step_seconds > 0) {
+  if (s.step_seconds > 0)
     s.tokens_per_second_per_gpu = static_cast<double>(plan.tokens_per_gpu) / s.step_seconds;
-    s.mfu = plan.model_flops / (s.step_seconds * cluster.gpu.bf16_dense_flops);
-  }
+  s.mfu = model_flops_utilization(plan, s.step_seconds, cluster);
 
   t.critical_path = critical_path(g, end);
   for (int64_t id : t.critical_path) {

@@ -18,6 +18,11 @@ namespace shardplan {
 // walked back from the last op through whichever predecessor finished last.
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster);
 
+// Model FLOPs utilization of one step of `plan` that took `step_seconds` on `cluster`'s
+// GPUs, predicted or measured: the plan's model FLOPs per GPU (PaLM's convention) over the
+// step time × the GPU's dense BF16 peak; 0 for a step of no time.
+double model_flops_utilization(const Plan& plan, double step_seconds, const ClusterSpec& cluster);
+
 // When each buffer holds memory in `timeline` (the plan's ops with their times): a
 // transient buffer from the start of its first op to the end of its last use (a use on a
 // communication stream ends when the compute stream waits for it); persistent buffers

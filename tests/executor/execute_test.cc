@@ -6,6 +6,8 @@
 
 #include <cctype>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "executor/cuda_probe.h"
 #include "tests/run_command.h"
@@ -228,6 +230,109 @@ TEST(ExecuteCpuErrors, OverlappingBuffersAreRefusedByTheValidator) {
   EXPECT_THAT(r.err, HasSubstr("overlapping_buffers"));
 }
 
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// What crashed execute in issue 33's campaign is one clear error, said once by rank 0:
+// a buffer of 2^63 - 1 bytes (SIGSEGV), an op naming segment 999 (SIGSEGV/SIGBUS), a
+// [2^40, 2^40, 2^40] matmul (bad_alloc).
+TEST(ExecuteCpuErrors, PlansThatCrashedAreOneClearError) {
+  const nlohmann::json base = read_json(make_plan(2, {}, "hostile_base.json"));
+  struct Mutation {
+    std::string what;
+    std::function<void(nlohmann::json&)> mutate;
+    std::string error;
+  };
+  const int64_t d = int64_t{1} << 40;
+  const std::vector<Mutation> cases = {
+      {"huge buffer",
+       [](nlohmann::json& j) { j["buffers"][0]["bytes"] = std::numeric_limits<int64_t>::max(); },
+       "out_of_range: invalid plan: buffer 0"},
+      {"segment 999",
+       [](nlohmann::json& j) {
+         for (auto& op : j["ops"])
+           if (op["kind"] == "forward") {
+             op["segment"] = 999;
+             break;
+           }
+       },
+       "bad_reference: invalid plan: op"},
+      {"huge matmul",
+       [&](nlohmann::json& j) {
+         j["segments"][1]["gemms"][0] = {d, d, d};
+       },
+       "out_of_range: invalid plan: segment 1"},
+  };
+  for (const Mutation& c : cases) {
+    nlohmann::json j = base;
+    c.mutate(j);
+    const std::string path = write_temp_file("hostile.json", j.dump());
+    const CommandResult r = mpirun(2, {"execute", "--plan", path, "--steps", "1"});
+    EXPECT_EQ(r.exit_code, 1) << c.what << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.error)) << c.what;
+    // Rank 0 alone says it.
+    EXPECT_EQ(r.err.find("shardplan: error"), r.err.rfind("shardplan: error")) << r.err;
+  }
+}
+
+// Matmuls the CPU backend would run for hours are refused before anything runs, with
+// the scale that fits (a real model at --compute-scale 1 used to run into the watchdog,
+// which then blamed another rank).
+TEST(ExecuteCpuErrors, MatmulsBeyondTheCpuBackendAreRefusedWithTheScaleThatFits) {
+  const std::string plan = make_plan(2, {"seq_len=8192"}, "big_gemms.json", "llama3-8b");
+  const CommandResult r =
+      mpirun(2, {"execute", "--plan", plan, "--compute-scale", "1", "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--compute-scale: at 1 the CPU backend would run"));
+  EXPECT_THAT(r.err, HasSubstr("FLOPs of matmuls per step (its limit: 1e+12"));
+  EXPECT_THAT(r.err, HasSubstr("fits"));
+  // Rank 0 alone says it.
+  EXPECT_EQ(r.err.find("shardplan: error"), r.err.rfind("shardplan: error")) << r.err;
+}
+
+// The CPU backend hands a collective's buffers to MPI whole, with int counts: a valid
+// plan with a 2 GiB gathered buffer is refused up front, by rank 0, naming the buffer
+// (its count wrapped negative in MPI).
+TEST(ExecuteCpuErrors, ACollectiveBufferPastMpisIntCountsIsRefused) {
+  nlohmann::json j = read_json(make_plan(2, {}, "mpi_int_base.json"));
+  int64_t id = -1;
+  for (const auto& op : j["ops"])
+    if (op["kind"] == "all_gather") {
+      id = op["reads"][0].get<int64_t>();
+      break;
+    }
+  ASSERT_GE(id, 0);
+  j["buffers"][static_cast<std::size_t>(id)]["bytes"] = int64_t{1} << 31;
+  const std::string path = write_temp_file("mpi_int.json", j.dump());
+  const CommandResult r = mpirun(2, {"execute", "--plan", path, "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/buffers/" + std::to_string(id) + "/bytes: op "));
+  EXPECT_THAT(r.err, HasSubstr("the CPU backend's MPI calls count in int"));
+  EXPECT_EQ(r.err.find("shardplan: error"), r.err.rfind("shardplan: error")) << r.err;
+}
+
+// --json has no MFU on the CPU backend (its step is no GPU's), null with the reason
+// rather than a 0.0 that reads as measured, and the plan's config with its mesh; the
+// text report's config line names tp and cp.
+TEST(ExecuteCpuReport, NoMfuButWhyAndTheWholeMesh) {
+  const std::string plan = make_plan(4, {"tp=2", "cp=2", "seq_len=512"}, "report_plan.json");
+  CommandResult r = mpirun(4, {"execute", "--plan", plan, "--steps", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("summary").at("mfu").is_null()) << j.dump(1);
+  EXPECT_THAT(j.at("mfu_note").get<std::string>(), HasSubstr("CPU backend"));
+  EXPECT_EQ(j.at("config").at("tp"), 2);
+  EXPECT_EQ(j.at("config").at("cp"), 2);
+  r = mpirun(4, {"execute", "--plan", plan, "--steps", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("config: "));
+  EXPECT_THAT(r.out, HasSubstr(" tp2"));
+  EXPECT_THAT(r.out, HasSubstr(" cp2"));
+  EXPECT_THAT(r.out, HasSubstr("MFU: none (the CPU backend"));
+}
+
 TEST(ExecuteCpuErrors, WorldSizeMustMatchThePlan) {
   const std::string plan = make_plan(2, {}, "size_plan.json");
   const CommandResult r = mpirun(3, {"execute", "--plan", plan});
@@ -250,6 +355,10 @@ TEST(ExecuteCuda, RunsOnADeviceOrSaysThereIsNone) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("backend"), "cuda");
   EXPECT_GT(j.at("summary").at("step_seconds").get<double>(), 0);
+  // The measured step against the plan's GPU (dgx-h100's dense BF16 peak), as simulate.
+  const double mfu = j.at("summary").at("mfu").get<double>();
+  EXPECT_GT(mfu, 0);
+  EXPECT_LT(mfu, 1);
 }
 
 // Under mpirun every rank that cannot start says so with its rank, and the job ends

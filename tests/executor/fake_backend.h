@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,7 @@ class FakeBackend final : public ExecutorBackend {
   void prepare(const Plan& plan) override { plan_ = &plan; }
   std::byte* allocate(int64_t bytes) override {
     auto* p = static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(bytes), 1));
+    if (p == nullptr) throw std::bad_alloc();  // as a device that has no such memory
     allocations.push_back({bytes, false});
     index_[p] = allocations.size() - 1;
     return p;
@@ -56,6 +59,7 @@ class FakeBackend final : public ExecutorBackend {
   void run(const PlanOp& op, const std::vector<BufferSpan>& reads,
            const std::vector<BufferSpan>& writes) override {
     ran.push_back({step_, op.id, clock});
+    if (on_run) on_run(op);
     for (const BufferSpan& r : reads) {
       if (r.buffer->persistent) continue;
       const auto it = written_.find(r.buffer->id);
@@ -87,6 +91,8 @@ class FakeBackend final : public ExecutorBackend {
     return 1e-6 + (op.bytes / 1024 + op.flops / 1e9) * 1e-9;
   }
 
+  // Called as each op starts (a test's slow op, or a fault).
+  std::function<void(const PlanOp&)> on_run;
   std::vector<Ran> ran;
   std::vector<Allocation> allocations;
   std::size_t initialised = 0;

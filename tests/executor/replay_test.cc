@@ -3,8 +3,10 @@
 #include "executor/replay.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "models/error.h"
@@ -109,6 +111,76 @@ TEST(ReplayErrors, AMissingDependencyShowsAsAReadBeforeAWrite) {
     EXPECT_NE(std::string(e.what()).find("before anything wrote it"), std::string::npos);
   }
   for (const auto& a : backend.allocations) EXPECT_TRUE(a.released) << "released on the error path";
+}
+
+// The watchdog says who can be at fault: another rank while this one waits in a
+// collective (or the step's maximum over ranks), this rank alone in its own compute.
+TEST(ReplayStall, TheMessageBlamesOnlyWhoCanBeAtFault) {
+  const Plan plan = plan_for(2, nlohmann::json::object());
+  int64_t gather = -1, forward = -1;
+  for (const PlanOp& op : plan.ops) {
+    if (gather < 0 && op.kind == OpKind::all_gather) gather = op.id;
+    if (forward < 0 && op.kind == OpKind::forward) forward = op.id;
+  }
+  ASSERT_GE(gather, 0);
+  ASSERT_GE(forward, 0);
+  const std::string collective = describe_stall(plan, 1, gather);
+  EXPECT_NE(collective.find("(a collective over 'dp_shard_cp', 2 ranks): another rank died"),
+            std::string::npos)
+      << collective;
+  const std::string compute = describe_stall(plan, 1, forward);
+  EXPECT_NE(compute.find("'" + plan.ops[static_cast<std::size_t>(forward)].name +
+                         "' (this rank's own forward op"),
+            std::string::npos)
+      << compute;
+  EXPECT_EQ(compute.find("another rank"), std::string::npos) << compute;
+  EXPECT_NE(describe_stall(plan, 0, -1).find("step 0's start or end"), std::string::npos);
+  EXPECT_NE(describe_stall(plan, -1, kSetupCommunicators).find("another rank"), std::string::npos);
+  EXPECT_EQ(describe_stall(plan, -1, kSetupBuffers).find("another rank"), std::string::npos);
+}
+
+// A compute op that runs past the timeout ends the job naming it as this rank's own slow
+// op (it used to blame "another rank").
+TEST(ReplayStall, ASlowComputeOpIsNamedAsThisRanksOwn) {
+  const Plan plan = plan_for(2, nlohmann::json::object());
+  EXPECT_EXIT(
+      {
+        FakeBackend backend(2);
+        backend.on_run = [](const PlanOp& op) {
+          if (op.kind == OpKind::backward) ::usleep(2'000'000);
+        };
+        replay(plan, backend, {.warmup = 0, .steps = 1, .timeout_seconds = 0.1});
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(124),
+      "rank 0 of 2: no progress for [0-9.]+ s while running step 0, op [0-9]+ 'bwd [^']*' "
+      "\\(this rank's own backward op");
+}
+
+// A backend's own limits are checked with the plan, before anything is allocated.
+TEST(ReplayErrors, TheBackendsOwnLimitsAreCheckedFirst) {
+  class Refusing final : public ExecutorBackend {
+   public:
+    std::string_view name() const override { return "refusing"; }
+    int rank() const override { return 0; }
+    int world_size() const override { return 2; }
+    void prepare(const Plan&) override { ADD_FAILURE() << "prepared"; }
+    std::byte* allocate(int64_t) override {
+      ADD_FAILURE() << "allocated";
+      return nullptr;
+    }
+    void release(std::byte*) override {}
+    void initialise(const std::vector<BufferSpan>&) override {}
+    void run(const PlanOp&, const std::vector<BufferSpan>&,
+             const std::vector<BufferSpan>&) override {}
+    void begin_step(int) override {}
+    double now() override { return 0; }
+    double max_over_ranks(double seconds) override { return seconds; }
+    void check_plan(const Plan&) const override {
+      throw InputError("plan", "/ops", "beyond this backend");
+    }
+  } backend;
+  EXPECT_THROW(replay(plan_for(2, nlohmann::json::object()), backend, {}), InputError);
 }
 
 TEST(ReplayErrors, AWorldOfTheWrongSizeIsRefusedBeforeAnythingRuns) {
