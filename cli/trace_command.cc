@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "models/atomic_file.h"
+#include "models/error.h"
 #include "models/text_format.h"
 #include "planner/plan_json.h"
 #include "traces/trace_import.h"
@@ -20,9 +21,15 @@ std::string elements_text(int64_t n) {
   return n < 0 ? "?" : format_count(static_cast<double>(n));
 }
 
+// Names come from the trace: escaped (printable_message), so a name with control bytes
+// cannot garble the terminal, and cut short.
+std::string shown(std::string_view name) {
+  return printable_message(name, 80);
+}
+
 void print_summary(const ImportedTrace& in, std::ostream& out) {
   out << fmt::format("{} ({}): {} of {} profiler step(s); module order from {}\n", in.file,
-                     in.format, in.step, in.steps.size(), in.module_source);
+                     in.format, shown(in.step), in.steps.size(), in.module_source);
   const TimelineSummary& s = in.timeline.summary;
   out << fmt::format(
       "measured step: {} ms on the GPU ({} activities), compute busy {} ms, exposed "
@@ -42,7 +49,7 @@ void print_summary(const ImportedTrace& in, std::ostream& out) {
     std::vector<std::vector<std::string>> rows;
     for (std::size_t m = 0; m < t.modules.size(); ++m) {
       const ModuleTime& mt = in.module_times[m];
-      rows.push_back({t.modules[m].empty() ? "<root>" : t.modules[m], ms(mt.forward_seconds),
+      rows.push_back({t.modules[m].empty() ? "<root>" : shown(t.modules[m]), ms(mt.forward_seconds),
                       ms(mt.backward_seconds), t.checkpointed[m] ? ms(mt.recompute_seconds) : "-",
                       std::to_string(mt.kernels)});
     }
@@ -74,13 +81,13 @@ void print_summary(const ImportedTrace& in, std::ostream& out) {
                              k > 1 ? fmt::format(" ×{}", k) : "");
       rows.push_back({kind, std::to_string(g.count),
                       g.group_size < 0 ? "?" : std::to_string(g.group_size),
-                      g.dtype.empty() ? "?" : g.dtype, ms(g.seconds), sizes});
+                      g.dtype.empty() ? "?" : shown(g.dtype), ms(g.seconds), sizes});
     }
     out << "\ncollectives in the step:\n"
         << render_table({"kind", "count", "ranks", "dtype", "GPU time (ms)", "elements"}, rows,
                         {1, 2, 4});
   }
-  for (const std::string& w : in.warnings) out << "warning: " << w << "\n";
+  for (const std::string& w : in.warnings) out << "warning: " << printable_message(w) << "\n";
 }
 
 }  // namespace

@@ -81,6 +81,50 @@ TEST(TraceImportCommand, CompareSetsAProfiledStepBesideASimulatedOne) {
   EXPECT_THAT(text.out, HasSubstr("not op by op"));
 }
 
+// Names come from the trace: one with a terminal escape sequence is printed escaped, and
+// the JSON keeps it as it is.
+TEST(TraceImportCommand, NamesWithControlBytesArePrintedEscaped) {
+  const std::string module = "nn.Module: Evil\x1b[31m_0";
+  const nlohmann::json trace = {{"traceEvents",
+                                 {{{"ph", "X"},
+                                   {"cat", "user_annotation"},
+                                   {"name", "ProfilerStep#1"},
+                                   {"pid", 1},
+                                   {"tid", 1},
+                                   {"ts", 0},
+                                   {"dur", 100}},
+                                  {{"ph", "X"},
+                                   {"cat", "python_function"},
+                                   {"name", module},
+                                   {"pid", 1},
+                                   {"tid", 1},
+                                   {"ts", 5},
+                                   {"dur", 20}},
+                                  {{"ph", "X"},
+                                   {"cat", "cuda_runtime"},
+                                   {"name", "cudaLaunchKernel"},
+                                   {"pid", 1},
+                                   {"tid", 1},
+                                   {"ts", 10},
+                                   {"dur", 1},
+                                   {"args", {{"correlation", 1}}}},
+                                  {{"ph", "X"},
+                                   {"cat", "kernel"},
+                                   {"name", "gemm"},
+                                   {"pid", 0},
+                                   {"tid", 7},
+                                   {"ts", 12},
+                                   {"dur", 5},
+                                   {"args", {{"correlation", 1}}}}}}};
+  const std::string path = write_temp_file("escape.json", trace.dump());
+  const CommandResult r = run_shardplan({"trace", "import", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Evil\\x1B[31m_0"));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  const CommandResult j = run_shardplan({"trace", "import", path, "--json"});
+  EXPECT_EQ(stdout_json(j)["modules"][0], "Evil\x1b[31m_0");
+}
+
 // Bad input: one clear error, exit 1, and neither output file written.
 void expect_import_fails(const std::string& input, const std::string& message) {
   const std::string dir = std::filesystem::path(write_temp_file("probe", "")).parent_path();
