@@ -248,12 +248,16 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
     html += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));
   html += "</table>\n";
   const FsdpConfig& c = plan.config;
+  // The whole mesh, as the plan's process groups split the GPUs (experts' where they
+  // have their own).
+  const std::string experts =
+      expert_mesh(c) ? fmt::format(", experts ep {} × etp {}", c.ep, expert_tp(c)) : "";
   html += fmt::format(
-      "<p>{}, dp_shard {} × dp_outer {}, prefetch {}/{}, recompute {}, micro_batch {} × "
-      "seq_len {} × grad_accum {}, {} allocator.</p>\n",
-      sharding_strategy_name(c.sharding_strategy), c.dp_shard, c.dp_outer, c.forward_prefetch,
-      c.backward_prefetch, recompute_label(c), c.micro_batch, c.seq_len, c.grad_accum,
-      allocator_name(c.allocator));
+      "<p>{}, dp_outer {} × dp_shard {} × cp {} × tp {}{}, prefetch {}/{}, recompute {}, "
+      "micro_batch {} × seq_len {} × grad_accum {}, {} allocator.</p>\n",
+      sharding_strategy_name(c.sharding_strategy), c.dp_outer, c.dp_shard, c.cp, c.tp, experts,
+      c.forward_prefetch, c.backward_prefetch, recompute_label(c), c.micro_batch, c.seq_len,
+      c.grad_accum, allocator_name(c.allocator));
   return html;
 }
 
