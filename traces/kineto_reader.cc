@@ -349,8 +349,76 @@ struct EventInProgress {
   }
 };
 
+// The objects and arrays open at a point of the document, to refuse a key an object
+// gives twice (nlohmann keeps the last silently; every shardplan reader refuses it, and
+// a profiler never writes one) and to name where, as a JSON pointer ("/traceEvents/12").
+class OpenContainers {
+ public:
+  // A value (or a container) starts: in an array, the next element.
+  void value() {
+    if (depth_ > 0 && !frames_[depth_ - 1].object) ++frames_[depth_ - 1].index;
+  }
+  void open(bool object) {
+    value();
+    if (depth_ == frames_.size()) frames_.emplace_back();
+    Frame& f = frames_[depth_++];
+    f.object = object;
+    f.index = -1;
+    f.keys_used = 0;
+    f.key_set.clear();
+    f.beyond_scan = false;
+  }
+  void close() { --depth_; }
+  // False when the innermost object already has `key`.
+  bool add_key(const std::string& key) {
+    Frame& f = frames_[depth_ - 1];
+    // A scan while the object is small (events have about ten keys), a set past that.
+    constexpr std::size_t kScanLimit = 32;
+    if (f.keys_used < kScanLimit) {
+      for (std::size_t i = 0; i < f.keys_used; ++i)
+        if (f.keys[i] == key) return false;
+      if (f.keys_used == f.keys.size()) f.keys.emplace_back();
+      f.keys[f.keys_used++].assign(key);
+      if (f.keys_used == kScanLimit) f.key_set.insert(f.keys.begin(), f.keys.end());
+    } else if (!f.key_set.insert(key).second) {
+      return false;
+    } else {
+      f.last_key = key;
+      f.beyond_scan = true;
+    }
+    return true;
+  }
+  // The JSON pointer of the innermost container.
+  std::string path() const {
+    std::string pointer;
+    for (std::size_t i = 0; i + 1 < depth_; ++i) {
+      const Frame& f = frames_[i];
+      pointer += "/" + (!f.object       ? std::to_string(f.index)
+                        : f.beyond_scan ? f.last_key
+                                        : f.keys[f.keys_used - 1]);
+    }
+    return pointer;
+  }
+
+ private:
+  struct Frame {
+    bool object = false;
+    int64_t index = -1;  // of the current element, in an array
+    // Keys given so far, the last one current; strings kept for reuse.
+    std::vector<std::string> keys;
+    std::size_t keys_used = 0;
+    std::unordered_set<std::string> key_set;  // all the keys, past the scan limit
+    bool beyond_scan = false;                 // the current key is last_key, not in keys
+    std::string last_key;
+  };
+  // Frames are reused, not popped, so the events of a long array allocate once.
+  std::vector<Frame> frames_;
+  std::size_t depth_ = 0;
+};
+
 // What went wrong while parsing, for the message read_kineto_trace builds.
 struct ParseFailure {
+  std::string field;            // a JSON pointer, for a handler's own reason
   std::string reason;           // a plain reason (set by the handler itself), or empty
   std::size_t byte = 0;         // where nlohmann stopped
   std::string parser_message;   // nlohmann's message, input echoes removed
@@ -363,6 +431,12 @@ struct ParseFailure {
 // and "syntax error while parsing value - invalid literal": the token it last read is
 // the input's own bytes (possibly a multi-MB string) and is left out.
 void describe_parser_message(const std::string& what, ParseFailure& failure) {
+  // "[json.exception.out_of_range.406] number overflow parsing '1e999'": the number is
+  // the input's own text, and has no line.
+  if (what.find("number overflow parsing") != std::string::npos) {
+    failure.parser_message = "a number beyond the range of a double (about ±1.8e308)";
+    return;
+  }
   const std::size_t at = what.find(" at line ");
   const std::size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
   if (at != std::string::npos && colon != std::string::npos)
@@ -418,6 +492,11 @@ class TraceSax : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return true; }
 
   bool key(string_t& k) override {
+    if (!open_.add_key(k)) {
+      failure_.field = open_.path();
+      return fail("the key " + quote_input(k) +
+                  " appears twice in this object; give each key once");
+    }
     if (skip_depth_ > 0) return true;
     if (metadata_open_) {
       builder_.key(k);
@@ -431,10 +510,22 @@ class TraceSax : public nlohmann::json_sax<json> {
     return true;
   }
 
-  bool start_object(std::size_t) override { return start(/*object=*/true); }
-  bool start_array(std::size_t) override { return start(/*object=*/false); }
-  bool end_object() override { return end(); }
-  bool end_array() override { return end(); }
+  bool start_object(std::size_t) override {
+    open_.open(/*object=*/true);
+    return start(/*object=*/true);
+  }
+  bool start_array(std::size_t) override {
+    open_.open(/*object=*/false);
+    return start(/*object=*/false);
+  }
+  bool end_object() override {
+    open_.close();
+    return end();
+  }
+  bool end_array() override {
+    open_.close();
+    return end();
+  }
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& e) override {
@@ -468,6 +559,7 @@ class TraceSax : public nlohmann::json_sax<json> {
   }
 
   bool scalar(const Scalar& v) {
+    open_.value();
     if (skip_depth_ > 0) return true;
     if (metadata_open_) {
       builder_.value(to_json(v));
@@ -850,6 +942,7 @@ class TraceSax : public nlohmann::json_sax<json> {
   KinetoTrace& trace_;
   const KeepEvent& keep_;
   ParseFailure failure_;
+  OpenContainers open_;
   int depth_ = 0;         // containers open, skipped ones and metadata values aside
   int events_depth_ = 0;  // the events array's depth while it is open
   int event_depth_ = 0;   // the open event's depth
@@ -915,7 +1008,7 @@ KinetoTrace read_kineto_trace(const std::string& path, const KinetoReadOptions& 
   // The Trace Event Format lets a bare array of events end without its ']'.
   if (!ok && failure.reason.empty() && at_end && sax.between_array_events()) ok = true;
   if (!ok) {
-    if (!failure.reason.empty()) throw InputError(path, "", failure.reason);
+    if (!failure.reason.empty()) throw InputError(path, failure.field, failure.reason);
     if (at_end) {
       const std::string line = failure.line_and_column.substr(0, failure.line_and_column.find(','));
       throw InputError(path, "",
@@ -934,8 +1027,10 @@ KinetoTrace read_kineto_trace(const std::string& path, const KinetoReadOptions& 
     }
     throw InputError(
         path, "",
-        fmt::format("not valid JSON at {} (byte {}{}): {}", failure.line_and_column, failure.byte,
-                    failure.where.empty() ? "" : ", in " + failure.where, failure.parser_message));
+        fmt::format("not valid JSON {}(byte {}{}): {}",
+                    failure.line_and_column.empty() ? "" : "at " + failure.line_and_column + " ",
+                    failure.byte, failure.where.empty() ? "" : ", in " + failure.where,
+                    failure.parser_message));
   }
   if (!trace.has_trace_events) {
     throw InputError(path, "traceEvents",

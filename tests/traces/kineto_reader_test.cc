@@ -111,6 +111,41 @@ TEST(KinetoReader, ErrorsDoNotEchoTheInput) {
   }
 }
 
+// Every shardplan reader refuses a key given twice (a profiler never writes one; keeping
+// the last silently reads a value the file may not mean), naming the object.
+TEST(KinetoReader, AKeyGivenTwiceIsRefused) {
+  const std::string top =
+      write_temp_file("dup_top.json", R"({"baseTimeNanoseconds": 1, "traceEvents": [],
+                                          "baseTimeNanoseconds": 2})");
+  expect_input_error([&] { read_kineto_trace(top); }, "",
+                     "the key 'baseTimeNanoseconds' appears twice in this object", top);
+  const std::string args = write_temp_file(
+      "dup_args.json", R"({"traceEvents": [{"ph": "X", "ts": 1}, {"ph": "X", "ts": 2,
+                           "args": {"Bytes": 1, "Input Dims": [[{"a": 1, "a": 2}]]}}]})");
+  expect_input_error([&] { read_kineto_trace(args); }, "/traceEvents/1/args/Input Dims/0/0",
+                     "the key 'a' appears twice in this object", args);
+  const std::string event = write_temp_file(
+      "dup_event.json", R"({"traceEvents": [{"ph": "X", "ts": 1, "name": "a", "ts": 2}]})");
+  expect_input_error([&] { read_kineto_trace(event); }, "/traceEvents/0",
+                     "the key 'ts' appears twice in this object", event);
+  // Many keys (past the scan), the repeat found all the same.
+  std::string wide = R"({"traceEvents": [], "x": {)";
+  for (int i = 0; i < 100; ++i) wide += "\"k" + std::to_string(i) + "\": 1, ";
+  const std::string many = write_temp_file("dup_wide.json", wide + R"("k77": 2}})");
+  expect_input_error([&] { read_kineto_trace(many); }, "/x", "the key 'k77' appears twice", many);
+}
+
+// A number past a double is nlohmann's out_of_range error, which quoted the number.
+TEST(KinetoReader, ANumberPastADoubleIsNamedNotEchoed) {
+  const std::string path =
+      write_temp_file("overflow.json",
+                      R"({"traceEvents": [{"ph": "X", "ts": 1e999)" + std::string(50, '9') + "}]}");
+  expect_input_error([&] { read_kineto_trace(path); }, "",
+                     "not valid JSON (byte 90, in the event /traceEvents/0): a number beyond the "
+                     "range of a double",
+                     path);
+}
+
 TEST(KinetoReader, TruncatedJsonSaysWhereTheFileEnds) {
   const std::string cut =
       write_temp_file("cut.json", R"({"traceEvents": [{"ph": "X", "name": "a"}, {"ph": )");
