@@ -50,9 +50,12 @@ MeasuredMfu measured_mfu(const Plan& plan, const Timeline& t, const std::string&
           fmt::format("model FLOPs ÷ {}'s dense BF16 peak", cluster.gpu.name)};
 }
 
-}  // namespace
-
-int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
+// The flags and the plan, which every rank reads and checks alike.
+struct ExecuteInputs {
+  Plan plan;
+  ReplayOptions options;
+};
+ExecuteInputs read_inputs(const ExecuteParams& p) {
   if (p.backend != "cpu" && p.backend != "cuda")
     throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
   // A million steps of the smallest plan already take hours; more is a typo.
@@ -66,19 +69,23 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (!(p.timeout_seconds > 0 && p.timeout_seconds <= limits::kMaxTimeLimitSeconds))
     throw InputError("", "--timeout",
                      fmt::format("must be in (0, {}] seconds", limits::kMaxTimeLimitSeconds));
-  const Plan plan = read_plan_file(p.plan);
+  return {read_plan_file(p.plan),
+          {.warmup = p.warmup,
+           .steps = p.steps,
+           .compute_scale = p.compute_scale,
+           .check = !p.no_check && p.backend == "cpu",
+           .timeout_seconds = p.timeout_seconds}};
+}
+
+}  // namespace
+
+int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
-  const bool launched = launched_by_mpi();
   std::optional<MpiSession> mpi;
-  if (p.backend == "cpu" || launched) mpi.emplace();
-  const ReplayOptions options{.warmup = p.warmup,
-                              .steps = p.steps,
-                              .compute_scale = p.compute_scale,
-                              .check = !p.no_check && p.backend == "cpu",
-                              .timeout_seconds = p.timeout_seconds};
+  if (p.backend == "cpu" || launched_by_mpi()) mpi.emplace();
   // From here on, whatever stops one rank must stop them all: the others wait for it in
   // a collective (or in NCCL's communicator setup), and MPI_Finalize would wait for them.
-  // Each rank that fails says so, with its rank; the first MPI_Abort ends the job.
+  // Each rank that fails alone says so, with its rank; the first MPI_Abort ends the job.
   int rank = 0, ranks = 1;
   if (mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -89,6 +96,24 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   };
+  // What every rank finds alike (a flag, the plan, whether it can be replayed here): rank
+  // 0 alone says it, and the others wait until it has (a rank that exits first makes
+  // mpirun end rank 0 before its message is out).
+  // Alone, the error goes to main() like any command's (no MPI_Abort and its notice).
+  auto refuse_alike = [&](const InputError& e) {
+    if (ranks == 1) throw e;
+    if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+    MPI_Barrier(MPI_COMM_WORLD);
+    abort(1);
+  };
+  std::optional<ExecuteInputs> inputs;
+  try {
+    inputs = read_inputs(p);
+  } catch (const InputError& e) {
+    refuse_alike(e);
+  }
+  const Plan& plan = inputs->plan;
+  const ReplayOptions& options = inputs->options;
   std::unique_ptr<ExecutorBackend> backend;
   try {
     // A node without a device, or whose plugin does not load, is that rank's own error.
@@ -101,11 +126,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   try {
     check_replayable(plan, *backend);
   } catch (const InputError& e) {
-    // Every rank finds the same: one says it, and the others wait until it has (an abort
-    // from another rank could otherwise kill rank 0 before its message is out).
-    if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
-    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
-    abort(1);
+    refuse_alike(e);
   }
   Timeline t;
   try {

@@ -277,6 +277,24 @@ TEST(ExecuteCpuErrors, PlansThatCrashedAreOneClearError) {
   }
 }
 
+// A plan every rank fails to read is said once, by rank 0, after the others wait for it:
+// a rank that exited first made mpirun end rank 0 before it spoke (no message at all).
+TEST(ExecuteCpuErrors, AnUnreadablePlanIsSaidOnceByRankZero) {
+  nlohmann::json j = read_json(make_plan(4, {}, "unreadable_base.json"));
+  j.erase("cluster");
+  const std::string path = write_temp_file("unreadable.json", j.dump());
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const CommandResult r = mpirun(4, {"execute", "--plan", path, "--steps", "1"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("unreadable.json: /cluster: required field is missing"));
+    EXPECT_EQ(r.err.find("shardplan: error"), r.err.rfind("shardplan: error")) << r.err;
+  }
+  const CommandResult flags = mpirun(2, {"execute", "--plan", path, "--steps", "0"});
+  EXPECT_EQ(flags.exit_code, 1);
+  EXPECT_THAT(flags.err, HasSubstr("--steps: "));
+  EXPECT_EQ(flags.err.find("shardplan: error"), flags.err.rfind("shardplan: error")) << flags.err;
+}
+
 // Matmuls the CPU backend would run for hours are refused before anything runs, with
 // the scale that fits (a real model at --compute-scale 1 used to run into the watchdog,
 // which then blamed another rank).
