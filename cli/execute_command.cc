@@ -98,19 +98,20 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   };
   // What every rank finds alike (a flag, the plan, whether it can be replayed here): rank
   // 0 alone says it, and the others wait until it has (a rank that exits first makes
-  // mpirun end rank 0 before its message is out).
-  // Alone, the error goes to main() like any command's (no MPI_Abort and its notice).
-  auto refuse_alike = [&](const InputError& e) {
-    if (ranks == 1) throw e;
+  // mpirun end rank 0 before its message is out); then every rank returns 1 and MPI
+  // finalizes, with no MPI_Abort and its notices. Alone, the error goes to main() like
+  // any command's.
+  auto refused_alike = [&](const InputError& e) {
     if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
     MPI_Barrier(MPI_COMM_WORLD);
-    abort(1);
+    return 1;
   };
   std::optional<ExecuteInputs> inputs;
   try {
     inputs = read_inputs(p);
   } catch (const InputError& e) {
-    refuse_alike(e);
+    if (ranks == 1) throw;
+    return refused_alike(e);
   }
   const Plan& plan = inputs->plan;
   const ReplayOptions& options = inputs->options;
@@ -126,7 +127,8 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   try {
     check_replayable(plan, *backend);
   } catch (const InputError& e) {
-    refuse_alike(e);
+    if (ranks == 1) throw;
+    return refused_alike(e);
   }
   Timeline t;
   try {
