@@ -143,7 +143,7 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   }
   if (!inputs.measured.empty()) {
     for (const std::string& path : inputs.measured) {
-      const Timeline t = timeline_from_json(read_json_file(path), path);
+      const Timeline t = timeline_from_json(read_json_file(path, limits::kMaxPlanFileBytes), path);
       const std::size_t first = result.report.constants.size();
       fit_compute(result.cluster, *plan, t, path, result.report);
       cite(first, fmt::format("the compute ops {} measured for {}", path, inputs.plan));

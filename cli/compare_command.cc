@@ -51,8 +51,10 @@ std::map<std::string, std::pair<double, double>> time_by_kind(const Timeline& pr
 }  // namespace
 
 int run_compare(const CompareParams& p, std::ostream& out) {
-  const Timeline predicted = timeline_from_json(read_json_file(p.predicted), p.predicted);
-  const Timeline measured = timeline_from_json(read_json_file(p.measured), p.measured);
+  const Timeline predicted =
+      timeline_from_json(read_json_file(p.predicted, limits::kMaxPlanFileBytes), p.predicted);
+  const Timeline measured =
+      timeline_from_json(read_json_file(p.measured, limits::kMaxPlanFileBytes), p.measured);
   // A profiler trace's ops are GPU kernels, not plan ops: only kinds and the step compare.
   const bool by_kind_only = predicted.source == "profiled" || measured.source == "profiled";
   if (!by_kind_only) check_same_plan(predicted, measured, p);

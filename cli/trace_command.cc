@@ -93,6 +93,7 @@ void print_summary(const ImportedTrace& in, std::ostream& out) {
 }  // namespace
 
 int run_trace_import(const TraceImportParams& p, std::ostream& out) {
+  check_distinct_outputs({{"-o", p.output}, {"--timeline", p.timeline}});
   const ImportOptions options{.step = p.step, .depth = p.depth};
   const ImportedTrace imported = make_trace_importer(p.format, p.input)->import(p.input, options);
   // Both files are ready before either is written.

@@ -183,6 +183,12 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
         reason = reason.substr(colon + 2);
       }
     }
+    // "...; last read: '<the text it read>'; ..." echoes the input (a whole long token):
+    // the line and column say where, without it.
+    if (const auto last = reason.find("; last read: '"); last != std::string::npos) {
+      const auto end = reason.find("'; ", last + 14);
+      reason.erase(last, end == std::string::npos ? std::string::npos : end + 1 - last);
+    }
     throw InputError(label, "",
                      fmt::format("invalid JSON at line {}, column {}: {}", line, column, reason));
   } catch (const nlohmann::json::exception& error) {
@@ -190,6 +196,13 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
     std::string reason = error.what();
     if (const auto bracket = reason.find("] "); bracket != std::string::npos)
       reason = reason.substr(bracket + 2);
+    // "number overflow parsing '<token>'": the token may be megabytes of digits.
+    constexpr std::string_view kOverflow = "number overflow parsing '";
+    if (reason.starts_with(kOverflow) && reason.ends_with("'")) {
+      const std::string token =
+          reason.substr(kOverflow.size(), reason.size() - kOverflow.size() - 1);
+      reason = "a number past the range of a double: " + quote_input(token);
+    }
     throw InputError(label, "", "invalid JSON: " + reason);
   }
 }

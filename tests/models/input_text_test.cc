@@ -108,6 +108,20 @@ TEST(ParseJson, SyntaxErrorsStillGiveLineAndColumn) {
               HasSubstr("f.json: invalid JSON at line 3, column 3"));
 }
 
+TEST(ParseJson, SyntaxErrorsDoNotEchoTheInput) {
+  const std::string token(100'000, 'x');
+  const std::string message =
+      error_of([&] { parse_json_text("{\"a\": " + token + "}", "f.json"); });
+  EXPECT_THAT(message, HasSubstr("f.json: invalid JSON at line 1, column"));
+  EXPECT_THAT(message, Not(HasSubstr("xxxxxxxxxx")));
+  EXPECT_THAT(message, Not(HasSubstr("last read")));
+  const std::string overflow =
+      error_of([] { parse_json_text("{\"a\": 1" + std::string(5000, '0') + "}", "g.json"); });
+  EXPECT_THAT(overflow, HasSubstr("g.json: invalid JSON: a number past the range of a double: "
+                                  "'100000000000000000000000000000000000000000000000000000000000…' "
+                                  "(5001 bytes)"));
+}
+
 TEST(QuoteInput, ControlBytesAndBadUtf8AreEscaped) {
   EXPECT_EQ(quote_input("plain"), "'plain'");
   EXPECT_EQ(quote_input(std::string("a\0b\r\n\t\x7f", 7)), "'a\\x00b\\r\\n\\t\\x7F'");
