@@ -45,7 +45,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The campaign's own faults that stop a run are not the binary's: SIGXFSZ past this file
 # size marks an output running away (no output of an accepted input is near 1 GiB).
 MAX_OUTPUT_FILE_BYTES = 2 << 30
-STDOUT_READ_BYTES = 64 << 20
+# A sweep's --json lists every point: a space of 10^5 points prints tens of MB.
+STDOUT_READ_BYTES = MAX_OUTPUT_FILE_BYTES
 STDERR_READ_BYTES = 1 << 20
 TEMPORARY = re.compile(r"(\.shardplan\.tmp$)|(^\..+\.[A-Za-z0-9]{6}\.tmp$)")
 
@@ -412,13 +413,17 @@ def save_reproducer(case, verdict, outcome, result):
         f"# {case.description}"[:400].replace("\n", " "),
         "# Runs in a fresh temporary folder; SHARDPLAN picks the binary.",
         f"SHARDPLAN=${{SHARDPLAN:-{s.binary}}}",
+        # The campaign's limits: without them an input that exhausts memory takes the
+        # machine's (the kernel's OOM killer then picks a process, not necessarily this one).
+        *([f"ulimit -v {s.memory_bytes >> 10}"] if s.memory_bytes else []),
+        "ulimit -c 0",
         'here=$(cd "$(dirname "$0")" && pwd)',
         "work=$(mktemp -d)",
         'cp -a "$here/files/." "$work/"',
         'cd "$work" || exit 1',
         *setup,
         'echo "in $work" >&2',
-        command,
+        f"timeout -k 5 {int(s.time_limit)} {command}",
     ]
     with open(os.path.join(folder, "run.sh"), "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write("\n".join(script) + "\n")

@@ -283,6 +283,50 @@ class Cases(unittest.TestCase):
             self.assertFalse(any(a.startswith("/dev/") for a in case.argv), case.argv)
 
 
+class Postchecks(unittest.TestCase):
+    """What an output fault must leave as it was (campaign.snapshot / postcheck)."""
+
+    def setUp(self):
+        import tempfile
+        self.folder = tempfile.mkdtemp(prefix="campaign-test-")
+        self.addCleanup(lambda: campaign._remove(self.folder))
+
+    def case(self, files, keep):
+        return kinds.Case(index=0, kind="output_faults", argv=["shardplan"], files=files, keep=keep)
+
+    def test_a_replaced_link_and_a_changed_input_are_damage(self):
+        case = self.case({"in.json": kinds.FileSpec(content=b"{}"),
+                          "link": kinds.FileSpec(special=("symlink", "in.json"))}, ("link",))
+        campaign.materialize(case, self.folder)
+        state = campaign.snapshot(case, self.folder)
+        self.assertEqual(campaign.postcheck(state, self.folder), [])
+        os.unlink(os.path.join(self.folder, "link"))
+        with open(os.path.join(self.folder, "link"), "w") as f:
+            f.write("x")
+        with open(os.path.join(self.folder, "in.json"), "w") as f:
+            f.write("[]")
+        failures = campaign.postcheck(state, self.folder)
+        self.assertEqual(len(failures), 2, failures)
+        self.assertIn("was a symlink to in.json, is now regular file", failures[1])
+
+    def test_a_temporary_file_left_behind(self):
+        case = self.case({}, ())
+        state = campaign.snapshot(case, self.folder)
+        open(os.path.join(self.folder, ".out.123-0.shardplan.tmp"), "w").close()
+        self.assertIn("left behind", campaign.postcheck(state, self.folder)[0])
+
+    def test_a_device_node_replaced(self):
+        if not campaign.can_make_device_nodes(self.folder):
+            self.skipTest("no mknod here")
+        case = self.case({"full": kinds.FileSpec(special=("chardev", 1, 7))}, ("full",))
+        campaign.materialize(case, self.folder)
+        state = campaign.snapshot(case, self.folder)
+        os.unlink(os.path.join(self.folder, "full"))
+        open(os.path.join(self.folder, "full"), "w").close()
+        self.assertEqual(campaign.postcheck(state, self.folder),
+                         ["'full' was a character device 1,7, is now regular file"])
+
+
 class Reproducers(unittest.TestCase):
     def test_quoting_keeps_every_byte(self):
         for arg in ("plain", "with space", "it's", "\x01\x1b[31m", "caf\xe9", "\udcff", "$HOME", ""):

@@ -334,9 +334,12 @@ def input_case(index, kind, rng, seeds):
     argv, extra, ranks = _commands(kind, rng, seeds, name, seed)
     files = {name: FileSpec(content=mutated)}
     files.update({k: FileSpec(content=v) for k, v in extra.items()})
+    wrong = ""
+    if mutate.DUPLICATE_KEY in what and kind not in ("megatron", "nccl_log", "pool_csv"):
+        wrong = "a key was given twice, which every JSON and TOML reader refuses"
     return Case(index=index, kind=kind, argv=["shardplan", *argv], files=files,
                 mpirun_np=ranks, expects_json="--json" in argv, subjects=(name,),
-                description=f"{seed.name}: {what}")
+                description=f"{seed.name}: {what}", exit_zero_is_wrong=wrong)
 
 
 # --- --set overrides ------------------------------------------------------------------------
@@ -402,6 +405,14 @@ def _flag_bases(seeds):
         (["execute", "--plan", "plan.json", "--backend", "cpu", "--warmup", "1", "--steps", "1",
           "--compute-scale", "1e-6", "--json"], {"plan.json": seeds.small_plan}, 2),
         (["plan", "--model", "llama3-8b", "--gpus", "8", "--emit", "megatron-args"], {}, 0),
+        (["plan", "--from-megatron", "run.sh", "--json"],
+         {"run.sh": seeds.by_kind["megatron"][0].data}, 0),
+        (["describe", "--from-torchtitan", "job.toml", "--gpus", "8", "--json"],
+         {"job.toml": seeds.by_kind["torchtitan"][0].data}, 0),
+        (["simulate", "--from-megatron-bridge", "bridge.txt", "--gpus", "16", "--json"],
+         {"bridge.txt": seeds.by_kind["bridge"][0].data}, 0),
+        (["compare", "predicted.json", "measured.json", "--json"],
+         {"predicted.json": seeds.predicted_timeline, "measured.json": seeds.predicted_timeline}, 0),
     ]
 
 

@@ -28,6 +28,9 @@ NUMBER_LIKE_TEXT = ("NaN", "nan", "Infinity", "-Infinity", "inf", "0x10", "1_000
 INVALID_UTF8 = (b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
                 b"\xc0\xaf", b"\x80")
 BOM = b"\xef\xbb\xbf"
+# How a mutation that gives a JSON or TOML key twice says so: every reader refuses that
+# (docs/user-guide.md, Exit codes and errors), so exit 0 on it is a silent choice.
+DUPLICATE_KEY = "key given twice"
 # Sizes of "huge" values: large enough to find quadratic work and unbounded copies, small
 # enough that a case stays within its time limit when the reader is linear.
 HUGE_SIZES = (10_000, 100_000, 1_000_000, 4_000_000)
@@ -220,7 +223,8 @@ def _mutate_json_value(rng, raw: _Placeholders, parent, key, value):
         size = rng.choice(HUGE_SIZES)
         return "x" * size, f"-> a string of {size} characters"
     if op == 7:
-        return raw.value(_deep(rng, json.dumps(value)[:100] if value is not None else "1")), "nested deep"
+        inner = json.dumps(value) if value is not None else "1"
+        return raw.value(_deep(rng, inner if len(inner) <= 1000 else "1")), "nested deep"
     if op == 8:
         new = [] if isinstance(value, list) or rng.random() < 0.5 else {}
         return new, f"-> {json.dumps(new)}"
@@ -253,7 +257,7 @@ def json_mutation(rng, data):
             done.append(f"{path} dropped")
         elif isinstance(parent, dict) and op < 0.22:
             parent[raw.key(key)] = _mutate_json_value(rng, raw, parent, key, parent[key])[0]
-            done.append(f"{path} given twice")
+            done.append(f"{path}: {DUPLICATE_KEY}")
         elif isinstance(parent, dict) and op < 0.27:
             parent[rng.choice(("unknown_field", "Bytes", key + "_", ""))] = 1
             done.append(f"unknown key beside {path}")
@@ -279,8 +283,9 @@ def json_mutation(rng, data):
 def _other_string(rng, document, current):
     for _ in range(30):
         parent, key, _ = _random_node(rng, document, prefer_leaf=1.0)
-        if parent is not None and isinstance(parent[key], str) and parent[key] != current:
-            return parent[key]
+        value = parent[key] if parent is not None else None
+        if isinstance(value, str) and value != current and not value.startswith("@@campaign-"):
+            return value
     return None
 
 
@@ -316,7 +321,7 @@ def toml_mutation(rng, data):
         what = f"{key} = a string of {size}"
     elif op == 7:
         lines.insert(i, lines[i])
-        return b"\n".join(lines), f"{key} given twice"
+        return b"\n".join(lines), f"{key}: {DUPLICATE_KEY}"
     elif op == 8:
         del lines[i]
         return b"\n".join(lines), f"{key} dropped"
@@ -324,7 +329,7 @@ def toml_mutation(rng, data):
         if tables and rng.random() < 0.5:
             t = rng.choice(tables)
             lines.append(lines[t])
-            return b"\n".join(lines), f"table {lines[t].decode(errors='replace')} given twice"
+            return b"\n".join(lines), f"table {lines[t].decode(errors='replace')}: {DUPLICATE_KEY}"
         value = b'"\\q\\u00"' if rng.random() < 0.5 else b'"unterminated'
         what = f"{key} = a bad string"
     lines[i] = m.group(1) + m.group(2) + m.group(3) + value
