@@ -27,14 +27,12 @@ constexpr double kMinFlops = 1e12;  // 1 TFLOP/s; V100 has 125 (fp16 tensor)
 // 100 PFLOP/s: B200 has 2.25e15 dense BF16; NVIDIA announces 100 PFLOP/s of FP4 (its
 // fastest format) for a Rubin Ultra package (GTC 2025).
 constexpr double kMaxFlops = 1e17;
-constexpr double kMinLinkBandwidth = 1e8;           // 100 MB/s (1 GbE is 125 MB/s)
-constexpr double kMaxLinkBandwidth = 1e14;          // 100 TB/s; NVLink 5 has 0.9 TB/s per direction
-constexpr double kMaxLatencySeconds = 1e-2;         // 10 ms; NCCL's hop latencies are microseconds
-constexpr int64_t kMinHbmBytes = int64_t{1} << 30;  // 1 GiB
-constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;  // 16 TiB; B300 has 288 GB
-constexpr int64_t kMaxSms = 4096;                   // H100 has 132, B200 148
-constexpr double kMinWatts = 50;                    // below any datacenter GPU's minimum limit
-constexpr double kMaxWatts = 5000;                  // GB300 boards are 1400 W
+constexpr double kMinLinkBandwidth = 1e8;    // 100 MB/s (1 GbE is 125 MB/s)
+constexpr double kMaxLinkBandwidth = 1e14;   // 100 TB/s; NVLink 5 has 0.9 TB/s per direction
+constexpr double kMaxLatencySeconds = 1e-2;  // 10 ms; NCCL's hop latencies are microseconds
+constexpr int64_t kMaxSms = 4096;            // H100 has 132, B200 148
+constexpr double kMinWatts = 50;             // below any datacenter GPU's minimum limit
+constexpr double kMaxWatts = 5000;           // GB300 boards are 1400 W
 
 constexpr NameTable<NcclAlgorithm, 4> kAlgorithmNames = {{{NcclAlgorithm::ring, "ring"},
                                                           {NcclAlgorithm::tree, "tree"},
@@ -103,7 +101,8 @@ GpuSpec parse_gpu(const JsonReader& r) {
                  "sm_count", "tdp_watts", "power_limit_watts"});
   GpuSpec gpu{
       .name = r.string("name"),
-      .hbm_bytes = r.integer_in("hbm_bytes", kMinHbmBytes, kMaxHbmBytes),
+      .hbm_bytes =
+          r.integer_in("hbm_bytes", limits::kMinGpuMemoryBytes, limits::kMaxGpuMemoryBytes),
       .hbm_bandwidth_bytes_per_s =
           r.number_in("hbm_bandwidth_bytes_per_s", kMinHbmBandwidth, kMaxHbmBandwidth),
       .hbm_measured_bandwidth_bytes_per_s =

@@ -34,6 +34,12 @@ inline constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 // tokens per micro-batch and a 16 M-token batch on 8 GPUs: 33 × 256).
 inline constexpr int64_t kMaxUnitMicroBatches = 200'000;
 
+// One GPU's memory: at least 1 GiB, at most 16 TiB (B300 and MI355X have 288 GB, NVIDIA's
+// announced Rubin Ultra 1 TB). A cluster's gpu.hbm_bytes, a plan's capacity and all one
+// rank of a plan holds, a profiler trace's byte counts.
+inline constexpr int64_t kMinGpuMemoryBytes = int64_t{1} << 30;
+inline constexpr int64_t kMaxGpuMemoryBytes = int64_t{1} << 44;
+
 // Bytes of one pool, buffer or capacity: offsets and their sums stay inside int64.
 inline constexpr int64_t kMaxPoolBytes = int64_t{1} << 62;
 // Offset alignment: 1 GiB, far above any allocator's (CUDA's is 256 B; huge pages 2 MiB).

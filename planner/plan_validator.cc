@@ -37,10 +37,10 @@ std::string_view plan_error_kind_name(PlanErrorKind kind) {
 
 namespace {
 
-using plan_limits::kMaxGpuMemoryBytes;
+using limits::kMaxGpuMemoryBytes;
+using limits::kMinGpuMemoryBytes;
 using plan_limits::kMaxOpBytes;
 using plan_limits::kMaxOpFlops;
-using plan_limits::kMinGpuMemoryBytes;
 
 // Two numbers a plan computes the same way (an op's FLOPs and its segment's) may differ
 // by the rounding of a decimal round trip through a hand-edited file.

@@ -38,14 +38,11 @@ struct PlanError {
 // consumer's sums overflow and no simulated result is absurd (docs/formats.md, Limits).
 namespace plan_limits {
 
-// One GPU's memory, as a cluster's gpu.hbm_bytes may be (models/cluster_spec.cc): at least
-// 1 GiB, at most 16 TiB (B300 and MI355X have 288 GB, NVIDIA's announced Rubin Ultra
-// 1 TB). The plan's capacity_bytes lies in it; every buffer, the pool and everything
-// one rank holds (non_tensor_bytes + the pool + the persistent buffers) stay within its
-// top: a plan needing more is not a plan for any GPU. Offsets and sums then stay far
-// inside int64.
-inline constexpr int64_t kMinGpuMemoryBytes = int64_t{1} << 30;
-inline constexpr int64_t kMaxGpuMemoryBytes = int64_t{1} << 44;
+// One GPU's memory is limits::kMinGpuMemoryBytes to kMaxGpuMemoryBytes (1 GiB to 16 TiB,
+// as a cluster's gpu.hbm_bytes). The plan's capacity_bytes lies in it; every buffer, the
+// pool and everything one rank holds (non_tensor_bytes + the pool + the persistent
+// buffers) stay within its top: a plan needing more is not a plan for any GPU. Offsets
+// and sums then stay far inside int64.
 
 // Bytes one op moves (a collective's message, a compute op's activation traffic, a
 // segment's io_bytes): 2^50 (1 PiB), 64 times the largest GPU memory above. A

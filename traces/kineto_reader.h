@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "models/limits.h"
 #include "traces/timeline.h"
 
 namespace shardplan {
@@ -28,10 +29,10 @@ inline constexpr double kMaxTraceMicroseconds = 0x1p53;
 // kernel of a step outlasts the step.
 inline constexpr double kMaxEventMicroseconds = kMaxStepSeconds * 1e6;
 // Bytes one collective moves or one allocator total holds: 16 TiB, the largest GPU memory
-// a cluster file may give (models/cluster_spec.cc kMaxHbmBytes; B300 has 288 GB). Each
-// element is at least a byte, so element counts share the bound, and elements × dtype
-// size stays far inside int64.
-inline constexpr int64_t kMaxDeviceBytes = int64_t{1} << 44;
+// (limits::kMaxGpuMemoryBytes, as a cluster file's hbm_bytes). Each element is at least a
+// byte, so element counts share the bound, and elements × dtype size stays far inside
+// int64.
+inline constexpr int64_t kMaxDeviceBytes = limits::kMaxGpuMemoryBytes;
 
 // One Chrome-trace event of a PyTorch profiler (Kineto) file, with only the fields and
 // args the importer reads; absent numbers are -1.

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/watchdog.h"
-#include "planner/plan_validator.h"
+#include "models/limits.h"
 #include "tests/run_command.h"
 
 namespace shardplan::testing {
@@ -95,12 +95,12 @@ TEST(JobFailure, APoolNoRankCanAllocateIsAnErrorNamingIt) {
   const std::string plan = tiny_plan("huge_pool_plan.json");
   nlohmann::json j;
   std::ifstream(plan) >> j;
-  // What a rank holds grown to 16 TiB, the most one GPU's memory may be (plan_limits):
+  // What a rank holds grown to 16 TiB, the most one GPU's memory may be (limits.h):
   // still a valid plan, but more than a host has.
   int64_t others = j["non_tensor_bytes"].get<int64_t>();
   for (const auto& b : j["buffers"])
     if (b["persistent"].get<bool>()) others += b["bytes"].get<int64_t>();
-  const int64_t pool = plan_limits::kMaxGpuMemoryBytes - others;
+  const int64_t pool = limits::kMaxGpuMemoryBytes - others;
   j["pool"]["size_bytes"] = pool;
   const std::string huge = write_temp_file("huge_pool.json", j.dump());
   const Timed t = mpirun_bounded(SHARDPLAN_BINARY, {"execute", "--plan", huge, "--steps", "1"});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/error.h"
+#include "models/limits.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
@@ -186,7 +187,7 @@ TEST(PlanValidator, SizesAndOffsetsCannotOverflow) {
   // Persistent buffers within one GPU's memory each, but more than it together.
   plan = tiny_plan();
   for (PlanBuffer& b : plan.buffers)
-    if (b.persistent) b.bytes = plan_limits::kMaxGpuMemoryBytes / 2;
+    if (b.persistent) b.bytes = limits::kMaxGpuMemoryBytes / 2;
   const auto error = validate_plan(plan);
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->kind, PlanErrorKind::out_of_range);
