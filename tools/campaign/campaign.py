@@ -330,7 +330,7 @@ def run_case(index):
             under_mpirun=bool(case.mpirun_np), expects_json=case.expects_json,
             subjects=tuple(case.subjects) + tuple(a for a in case.argv[1:] if a in case.files),
             postcheck_failures=tuple(postcheck(state, run_dir)),
-            exit_zero_is_wrong=case.exit_zero_is_wrong)
+            exit_zero_is_wrong=case.exit_zero_is_wrong, long_by_request=case.long_by_request)
         verdict = classify.classify(outcome)
         result = {
             "index": index, "kind": case.kind, "class": verdict.cls, "reason": verdict.reason,

@@ -111,6 +111,7 @@ class Outcome:
     subjects: tuple = ()  # files and flags the case made bad: a message should name one
     postcheck_failures: tuple = ()  # what an output fault damaged (see campaign.py)
     exit_zero_is_wrong: str = ""  # why exit 0 cannot be right here (empty: it can)
+    long_by_request: str = ""  # why reaching the time limit is what was asked (empty: a hang)
 
 
 @dataclasses.dataclass
@@ -150,6 +151,8 @@ def _first_line_with(text: str, markers) -> str:
 def classify(outcome: Outcome) -> Verdict:
     err = _text(outcome.stderr)
     if outcome.timed_out:
+        if outcome.long_by_request:
+            return Verdict("sane", "ran to the time limit: " + outcome.long_by_request)
         return Verdict("hang", "still running at the time limit")
     if outcome.postcheck_failures:
         return Verdict("damage", "; ".join(outcome.postcheck_failures))
@@ -270,12 +273,21 @@ def names_something(message: str, subjects=()) -> bool:
     for subject in subjects:
         if not subject:
             continue
-        base = subject.rstrip("/").rsplit("/", 1)[-1]
-        if subject in body or (len(base) >= 3 and base in body):
-            return True
+        for form in (subject, escaped(subject)):
+            base = form.rstrip("/").rsplit("/", 1)[-1]
+            if form in body or (len(base) >= 3 and base in body):
+                return True
     if "unknown command" in body:
         return True
     return bool(FLAG.search(body) or FIELD.search(body) or FILE_NAME.search(body))
+
+
+def escaped(text: str) -> str:
+    """A name as shardplan's messages print it: bytes that are not UTF-8 as \\xNN."""
+    data = text.encode("utf-8", errors="surrogateescape")
+    return "".join(
+        ch if not 0xDC80 <= ord(ch) <= 0xDCFF else f"\\x{ord(ch) - 0xDC00:02X}"
+        for ch in data.decode("utf-8", errors="surrogateescape"))
 
 
 def _key_rules(key: str, parent: str):

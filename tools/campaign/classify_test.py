@@ -60,6 +60,15 @@ class ClearErrors(unittest.TestCase):
         v = run(Outcome(1, stderr=err("shardplan: error: config (with flags): /tp: must be positive, got 0\n")))
         self.assertEqual(v.cls, "clear-error")
 
+    def test_a_name_that_is_not_utf8_is_named_escaped(self):
+        v = run(Outcome(1, stderr=err("shardplan: error: \\xFF: cannot open file: No such file\n"),
+                        subjects=("--from-megatron", "\udcff")))
+        self.assertEqual(v.cls, "clear-error", v.reason)
+
+    def test_a_run_as_long_as_asked_is_no_hang(self):
+        v = run(Outcome(-9, timed_out=True, long_by_request="--steps 100000 asks for a long run"))
+        self.assertEqual(v.cls, "sane")
+
     def test_an_escaped_byte_is_printable(self):
         v = run(Outcome(1, stderr=err("shardplan: error: x.csv: line 1, column \\u{FEFF}id: unknown column\n")))
         self.assertEqual(v.cls, "clear-error")
@@ -258,6 +267,13 @@ class Mutators(unittest.TestCase):
         raw = mutate._Placeholders()
         doc = {"a": raw.value("1e999"), raw.key("a"): 2}
         self.assertEqual(raw.render(doc, compact=True), b'{"a": 1e999, "a": 2}')
+
+    def test_a_duplicate_key_is_seen_only_where_it_is(self):
+        self.assertTrue(mutate.has_duplicate_key(b'{"a": {"b": 1, "b": 2}}'))
+        self.assertFalse(mutate.has_duplicate_key(b'{"a": {"b": 1}, "b": 2}'))
+        self.assertTrue(mutate.has_duplicate_key(b"[job]\nx = 1\nx = 2\n"))
+        self.assertFalse(mutate.has_duplicate_key(b"[job]\nx = 1\n[other]\nx = 2\n"))
+        self.assertTrue(mutate.has_duplicate_key(b"[job]\n[job]\n"))
 
     def test_boundaries_include_the_type_edges(self):
         for value in ("2147483648", "9223372036854775808", "9007199254740993", "1e999", "1e-309"):

@@ -45,6 +45,8 @@ class Case:
     # fault's device node, link or directory.
     keep: tuple = ()
     exit_zero_is_wrong: str = ""
+    # Why running to the time limit is what was asked (execute --steps 100000), or "".
+    long_by_request: str = ""
 
 
 @dataclasses.dataclass
@@ -321,6 +323,7 @@ def input_case(index, kind, rng, seeds):
     seed = _seed_data(rng, kind, seeds)
     data = seed.data
     gz = seed.name.endswith(".gz") or data[:2] == b"\x1f\x8b"
+    plain = b""
     if gz and rng.random() < 0.15:
         mutated, what = rng.choice(mutate.BYTE_MUTATORS)(rng, data)
         what = "gzip stream: " + what
@@ -328,6 +331,7 @@ def input_case(index, kind, rng, seeds):
         if gz:
             data = gzip.decompress(data)
         mutated, what = mutate_with(rng, data, STRUCTURE.get(kind))
+        plain = mutated
         if gz:
             mutated = gzip.compress(mutated, compresslevel=1)
     name = _input_name(kind, seed)
@@ -335,8 +339,9 @@ def input_case(index, kind, rng, seeds):
     files = {name: FileSpec(content=mutated)}
     files.update({k: FileSpec(content=v) for k, v in extra.items()})
     wrong = ""
-    if mutate.DUPLICATE_KEY in what and kind not in ("megatron", "nccl_log", "pool_csv"):
-        wrong = "a key was given twice, which every JSON and TOML reader refuses"
+    if (mutate.DUPLICATE_KEY in what and kind not in ("megatron", "nccl_log", "pool_csv")
+            and mutate.has_duplicate_key(plain)):
+        wrong = "a key was given twice (another value, for Bridge), which every reader refuses"
     return Case(index=index, kind=kind, argv=["shardplan", *argv], files=files,
                 mpirun_np=ranks, expects_json="--json" in argv, subjects=(name,),
                 description=f"{seed.name}: {what}", exit_zero_is_wrong=wrong)
@@ -424,6 +429,13 @@ FLAG_VALUES = (
 )
 
 
+def _number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
 def flag_case(index, rng, seeds):
     argv, files, ranks = rng.choice(_flag_bases(seeds))
     argv = list(argv)
@@ -467,7 +479,12 @@ def flag_case(index, rng, seeds):
         argv[0] = new
         subject = new
         what = f"command {word!r} -> {new!r}"
-    return Case(index=index, kind="flags", argv=["shardplan", *argv],
+    long_by_request = ""
+    for flag, most in (("--steps", 100), ("--warmup", 100), ("--time-limit", 10)):
+        for i, a in enumerate(argv[:-1]):
+            if a == flag and _number(argv[i + 1]) > most:
+                long_by_request = f"{flag} {argv[i + 1][:20]} asks for a long run"
+    return Case(index=index, kind="flags", argv=["shardplan", *argv], long_by_request=long_by_request,
                 files={k: FileSpec(content=v) for k, v in files.items()}, mpirun_np=ranks,
                 expects_json="--json" in argv, subjects=(subject, *subjects_extra),
                 description=what)

@@ -320,7 +320,10 @@ def toml_mutation(rng, data):
         value = b'"' + b"x" * size + b'"'
         what = f"{key} = a string of {size}"
     elif op == 7:
-        lines.insert(i, lines[i])
+        # Given again with another value: a TOML reader must refuse any repeat, a Bridge
+        # reader one that disagrees.
+        other = m.group(1) + m.group(2) + m.group(3) + boundary_number(rng).encode()
+        lines.insert(i + 1, other)
         return b"\n".join(lines), f"{key}: {DUPLICATE_KEY}"
     elif op == 8:
         del lines[i]
@@ -451,3 +454,42 @@ def table_mutation(rng, data):
         lines[j] = lines[j] + b" x" * rng.choice((10, 20_000))
         return b"\n".join(lines), f"comment line {j} made long"
     return replace_number(rng, data)
+
+
+def has_duplicate_key(data) -> bool:
+    """Whether a JSON document, or TOML-like key = value lines, really gives a key twice
+    (a later mutation of the same case may have dropped one of the two)."""
+    text = data.decode("utf-8", errors="replace")
+    if text.lstrip().startswith(("{", "[")):
+        class Duplicate(Exception):
+            pass
+
+        def pairs(items):
+            keys = [k for k, _ in items]
+            if len(keys) != len(set(keys)):
+                raise Duplicate()
+            return dict(items)
+        try:
+            json.loads(text, object_pairs_hook=pairs)
+            return False
+        except Duplicate:
+            return True
+        except (ValueError, RecursionError):
+            if text.lstrip().startswith("{"):
+                return False  # not JSON: the reader refuses it for that
+    seen, table = set(), ""  # TOML tables, or Bridge's cfg.x.y = v lines
+    for line in data.split(b"\n"):
+        stripped = line.strip()
+        if stripped.startswith(b"["):
+            table = stripped.decode(errors="replace")
+            if ("table", table) in seen:
+                return True
+            seen.add(("table", table))
+            continue
+        m = TOML_KEY.match(line)
+        if m:
+            key = (table, m.group(2))
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
