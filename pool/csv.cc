@@ -32,6 +32,36 @@ std::vector<std::string> split(std::string_view line) {
   return fields;
 }
 
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// `rest`: the text after the blank line `blank_line`.
+void refuse_rows_after_blank(std::string_view rest, std::size_t blank_line,
+                             const std::string& label) {
+  std::size_t first = 0, last = 0, rows = 0;
+  std::size_t line_number = blank_line;
+  for (std::size_t pos = 0; pos < rest.size();) {
+    const auto newline = rest.find('\n', pos);
+    const std::string_view line = rest.substr(
+        pos, newline == std::string_view::npos ? std::string_view::npos : newline - pos);
+    pos = newline == std::string_view::npos ? rest.size() : newline + 1;
+    ++line_number;
+    if (is_blank(line)) continue;
+    if (rows++ == 0) first = line_number;
+    last = line_number;
+  }
+  if (rows == 0) return;
+  throw InputError(label, fmt::format("line {}", blank_line),
+                   fmt::format("empty line before {} more {} ({}): MiniMalloc stops reading at "
+                               "the first empty line, so {} would be ignored; remove the empty "
+                               "line (or the rows after it)",
+                               rows, rows == 1 ? "row" : "rows",
+                               first == last ? fmt::format("line {}", first)
+                                             : fmt::format("lines {}-{}", first, last),
+                               rows == 1 ? "it" : "they"));
+}
+
 }  // namespace
 
 PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
@@ -92,7 +122,13 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
       }
       continue;
     }
-    if (line.empty()) break;  // MiniMalloc stops at the first empty line
+    if (is_blank(line)) {
+      // MiniMalloc stops at the first empty line: rows after one would be dropped without
+      // a word, and a pool packed without them is too small for the program. Blank lines
+      // at the very end are harmless; rows after a blank line are an error.
+      if (pos < text.size()) refuse_rows_after_blank(text.substr(pos), line_number, label);
+      break;
+    }
     auto fields = split(line);
     if (fields.size() != table.header.size() + (offset_col >= 0 ? 1 : 0)) {
       throw InputError(label, where(""),

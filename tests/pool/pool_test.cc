@@ -272,7 +272,7 @@ TEST(Pool, AutoReachesTheBoundOnPanGu) {
 
 TEST(PoolCsv, ReadsAliasesAndWritesOffsets) {
   const PoolTable t =
-      parse_pool_csv("buffer,start,end,size,alignment\nx,0,2,4,2\ny,3,3,8,4\n\nignored\n", "t.csv");
+      parse_pool_csv("buffer,start,end,size,alignment\nx,0,2,4,2\ny,3,3,8,4\n", "t.csv");
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_EQ(t.requests[0].end, 3) << "end is inclusive";
   EXPECT_EQ(t.requests[1].alignment, 4);
@@ -281,6 +281,15 @@ TEST(PoolCsv, ReadsAliasesAndWritesOffsets) {
   const PoolTable with_offsets =
       parse_pool_csv("id,lower,upper,size,offset\na,0,1,4,16\n", "t.csv");
   EXPECT_EQ(format_pool_csv(with_offsets, {0}), "id,lower,upper,size,offset\na,0,1,4,0\n");
+}
+
+TEST(PoolCsv, BlankLinesAtTheEndAreHarmless) {
+  // As MiniMalloc reads them: an empty line ends the table (with CRLF, spaces or tabs).
+  for (const char* tail : {"\n", "\n\n", "\n\n\n", "\r\n\r\n", "\n  \n\t\n", "\n\n \r\n"}) {
+    const PoolTable t =
+        parse_pool_csv(std::string("id,lower,upper,size\na,0,1,4\nb,1,2,8") + tail, "t.csv");
+    EXPECT_EQ(t.requests.size(), 2u) << ::testing::PrintToString(tail);
+  }
 }
 
 struct BadCsv {
@@ -300,25 +309,32 @@ TEST_P(RejectsBadCsv, NamesTheLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     PoolCsv, RejectsBadCsv,
-    ::testing::Values(BadCsv{"missing_column", "id,lower,size\n0,1,2\n", "line 1",
-                             "missing column 'upper'"},
-                      BadCsv{"unknown_column", "id,lower,upper,size,colour\n",
-                             "line 1, column colour", "unknown column"},
-                      BadCsv{"not_a_number", "id,lower,upper,size\n0,0,2,4\n1,0,2,4k\n",
-                             "line 3, column size", "expected an integer, got '4k'"},
-                      BadCsv{"zero_size", "id,lower,upper,size\n0,0,2,0\n", "line 2, column size",
-                             "must be positive"},
-                      BadCsv{"negative_size", "id,lower,upper,size\n0,0,2,-3\n",
-                             "line 2, column size", "must be positive"},
-                      BadCsv{"empty_lifetime", "id,lower,upper,size\n0,5,5,1\n",
-                             "line 2, column lower", "lower 5 is not below upper 5"},
-                      BadCsv{"duplicate_id", "id,lower,upper,size\n7,0,1,1\n7,1,2,1\n",
-                             "line 3, column id", "duplicate id '7'"},
-                      BadCsv{"field_count", "id,lower,upper,size\n0,0,1\n", "line 2",
-                             "3 fields, the header has 4"},
-                      BadCsv{"bad_alignment", "id,lower,upper,size,alignment\n0,0,1,1,0\n",
-                             "line 2, column alignment", "must be positive"},
-                      BadCsv{"empty_file", "", "line 1", "empty file"}),
+    ::testing::Values(
+        BadCsv{"missing_column", "id,lower,size\n0,1,2\n", "line 1", "missing column 'upper'"},
+        BadCsv{"unknown_column", "id,lower,upper,size,colour\n", "line 1, column colour",
+               "unknown column"},
+        BadCsv{"not_a_number", "id,lower,upper,size\n0,0,2,4\n1,0,2,4k\n", "line 3, column size",
+               "expected an integer, got '4k'"},
+        BadCsv{"zero_size", "id,lower,upper,size\n0,0,2,0\n", "line 2, column size",
+               "must be positive"},
+        BadCsv{"negative_size", "id,lower,upper,size\n0,0,2,-3\n", "line 2, column size",
+               "must be positive"},
+        BadCsv{"empty_lifetime", "id,lower,upper,size\n0,5,5,1\n", "line 2, column lower",
+               "lower 5 is not below upper 5"},
+        BadCsv{"duplicate_id", "id,lower,upper,size\n7,0,1,1\n7,1,2,1\n", "line 3, column id",
+               "duplicate id '7'"},
+        BadCsv{"field_count", "id,lower,upper,size\n0,0,1\n", "line 2",
+               "3 fields, the header has 4"},
+        BadCsv{"bad_alignment", "id,lower,upper,size,alignment\n0,0,1,1,0\n",
+               "line 2, column alignment", "must be positive"},
+        BadCsv{"empty_file", "", "line 1", "empty file"},
+        // MiniMalloc would drop every row after an empty line without a word.
+        BadCsv{"rows_after_blank_line", "id,lower,upper,size\n0,0,1,1\n\n1,0,1,1\n\n2,0,1,1\n\n",
+               "line 3",
+               "empty line before 2 more rows (lines 4-6): MiniMalloc stops reading "
+               "at the first empty line, so they would be ignored"},
+        BadCsv{"row_after_blank_crlf_line", "id,lower,upper,size\r\n0,0,1,1\r\n \r\n1,0,1,1",
+               "line 3", "empty line before 1 more row (line 4)"}),
     [](const auto& test_info) { return std::string(test_info.param.name); });
 
 }  // namespace
