@@ -254,6 +254,11 @@ std::optional<PlanError> check_op_references(const Plan& plan) {
     }
   }
   for (const PlanOp& op : plan.ops) {
+    // An index into each consumer's per-stream tables (a plan built in memory may hold
+    // any value; the reader takes names).
+    if (!names_one_of(static_cast<int64_t>(op.stream), kNumStreams, false))
+      return bad_reference(fmt::format("op {} '{}' runs on stream {} ({} streams)", op.id, op.name,
+                                       static_cast<int>(op.stream), kNumStreams));
     if (!names_one_of(op.unit, units, true) ||
         !names_one_of(op.segment, plan.segments.size(), true) ||
         !names_one_of(op.micro_batch, micro_batches, true)) {

@@ -226,6 +226,7 @@ TEST(PlanValidator, EveryReferenceIsRangeChecked) {
       {"unit lists group 999", [](Plan& p) { p.units[0].groups.push_back(999); }},
       {"unit id not its index", [](Plan& p) { p.units[1].id = 5; }},
       {"segment id not its index", [](Plan& p) { p.segments[1].id = 0; }},
+      {"stream 8", [](Plan& p) { p.ops[0].stream = static_cast<Stream>(kNumStreams); }},
   };
   for (const auto& [what, mutate] : breaks) {
     Plan plan = tiny_plan();
