@@ -94,6 +94,16 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     add_stack_notes(job, stack_notes);
   }
   const Timeline timeline = simulate(plan, cluster);
+  // A predicted step longer than a timeline may hold (a config no one trains with: a 405B
+  // model on one GPU, grad_accum in the thousands) is printed, but not written as a
+  // timeline that compare and calibrate would then refuse to read.
+  if (!p.timeline_out.empty() && timeline.summary.step_seconds > kMaxStepSeconds) {
+    throw InputError("", "--timeline-out",
+                     fmt::format("the predicted step lasts {:.3g} s, longer than the day a "
+                                 "timeline may hold (not a training step: more GPUs or fewer "
+                                 "micro-batches); simulate without --timeline-out prints it",
+                                 timeline.summary.step_seconds));
+  }
   // Everything is computed before anything is written.
   if (!p.trace_out.empty())
     write_file_atomically(p.trace_out, chrome_trace(timeline).dump() + "\n");

@@ -302,7 +302,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
 }
 
 Plan read_plan_file(const std::string& path) {
-  Plan plan = plan_from_json(read_json_file(path), path);
+  Plan plan = plan_from_json(read_json_file(path, limits::kMaxPlanFileBytes), path);
   if (auto error = validate_plan(plan)) {
     throw InputError(path, std::string(plan_error_kind_name(error->kind)),
                      "invalid plan: " + error->message);

@@ -139,6 +139,27 @@ TEST(CarelessSweep, GlobalBatchErrorsNameTheFlag) {
                         "100000 tokens is not a whole number of 8192-token sequences");
 }
 
+// A config no one trains with predicts a step longer than a timeline may hold: printed,
+// but not written as a timeline compare would refuse.
+TEST(CarelessOutput, AStepLongerThanADayIsNotWrittenAsATimeline) {
+  const std::string out = write_temp_file("day.json", "old");
+  const std::vector<std::string> job = {"simulate", "--model", "llama3.1-405b",
+                                        "--gpus",   "1",       "--cluster",
+                                        "dgx-a100", "--set",   "grad_accum=1500"};
+  std::vector<std::string> with_output = job;
+  with_output.insert(with_output.end(), {"--timeline-out", out});
+  expect_one_error_line(run_shardplan(with_output),
+                        "--timeline-out: the predicted step lasts 1.49e+05 s, longer than the day");
+  std::ifstream in(out);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "old");
+  std::vector<std::string> json = job;
+  json.push_back("--json");
+  const CommandResult r = run_shardplan(json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(stdout_json(r)["summary"]["step_seconds"].get<double>(), 86400.0);
+}
+
 // Every rank reads the same bad input: rank 0 alone says so.
 TEST(CarelessMpi, AnInputErrorIsPrintedOnceUnderMpirun) {
   const CommandResult r = run_program(

@@ -393,7 +393,7 @@ std::vector<ErrorCase> error_cases() {
   cases.push_back({"config_number_past_double",
                    {"simulate", "--config", "@c.json", "--json"},
                    "@c.json",
-                   {"invalid JSON: number overflow parsing '1e999'"},
+                   {"invalid JSON: a number past the range of a double: '1e999'"},
                    {{"c.json", R"({"micro_batch": 1e999})"}}});
   cases.push_back({"nodes_past_gpu_limit",
                    {"simulate", "--nodes", "4611686018427387904", "--json"},

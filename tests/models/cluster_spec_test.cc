@@ -256,7 +256,7 @@ TEST(ClusterFile, ALiteralPastTheDoubleRangeIsRefused) {
   text.replace(at + key.size(), end - at - key.size(), "1e999");
   testing::expect_input_error(
       [&] { cluster_from_json(parse_json_text(text, "inf.json"), "inf.json"); }, "",
-      "invalid JSON: number overflow parsing '1e999'", "inf.json");
+      "invalid JSON: a number past the range of a double: '1e999'", "inf.json");
 }
 
 TEST(ClusterFile, ComputeSectionIsOptional) {
