@@ -42,10 +42,15 @@ int64_t round_to(int64_t value, int64_t multiple) {
   return std::max(multiple, (value + multiple / 2) / multiple * multiple);
 }
 
+// The end of a gradient accumulator emitted in a micro-batch: the optimizer's update of
+// its weight, at the end of the step, sets it.
+constexpr int64_t kUntilOptimizer = INT64_MAX;
+
 class Builder {
  public:
-  Builder(const Model& model, int experts, uint64_t seed) : m_(model), experts_(experts) {
-    rng_.mix.state = seed;
+  Builder(const Model& model, const SyntheticTraceOptions& options)
+      : m_(model), experts_(options.experts), compiled_(options.compiled_step) {
+    rng_.mix.state = options.seed;
   }
 
   // Micro-batches one after the other (FSDP's gradient accumulation), or, `pipelined`,
@@ -58,13 +63,22 @@ class Builder {
     for (int k = 0; k < micro_batches; ++k) {
       out_.clear();
       now_ = 0;
+      first_micro_batch_ = k == 0;
       const int64_t forward_ops = micro_batch();
       for (PoolRequest r : out_) {
         r.begin = start + 2 * r.begin + k % 2;
-        r.end = start + 2 * r.end + k % 2;
+        if (r.end != kUntilOptimizer) r.end = start + 2 * r.end + k % 2;
         all.push_back(r);
       }
       start += 2 * (pipelined ? forward_ops : now_);
+    }
+    if (compiled_) {
+      // After the last op of every micro-batch (pipelined, the last backward runs past
+      // `start`).
+      int64_t last = start;
+      for (const PoolRequest& r : all)
+        last = std::max(last, r.end == kUntilOptimizer ? r.begin : r.end);
+      optimizer_step(all, last + 2);
     }
     return all;
   }
@@ -75,10 +89,35 @@ class Builder {
     return out_.size() - 1;
   }
 
-  // A workspace for half the ops, of an irregular size below the op's output.
+  // A workspace for half the ops, of an irregular size below the op's output; in a
+  // compiled step also the small results a graph compiler keeps apart (shapes, scalars,
+  // norms' statistics, masks: the 4-byte median of the SOMAS traces), up to three, each
+  // read by the next op or two.
   void workspace(int64_t output) {
-    if (!rng_.chance(2)) return;
-    emit(round_to(output * (1 + rng_.below(7)) / 8 + rng_.below(4096), 256), now_, now_ + 1);
+    if (rng_.chance(2))
+      emit(round_to(output * (1 + rng_.below(7)) / 8 + rng_.below(4096), 256), now_, now_ + 1);
+    if (!compiled_) return;
+    for (int64_t k = rng_.below(4); k > 0; --k) {
+      const int64_t bytes = rng_.chance(2) ? 4 : 4 * (1 + rng_.below(m_.tokens * 4));
+      emit(bytes, now_, now_ + 1 + rng_.below(2));
+    }
+  }
+
+  // The end of a compiled step: each weight's gradient accumulator is read by its update
+  // (one op per weight, in the order the backward produced them) with an update temporary
+  // as large, then freed. Every accumulator ends here, so the whole step is one window.
+  void optimizer_step(std::vector<PoolRequest>& all, int64_t start) {
+    int64_t now = start;
+    const std::size_t emitted = all.size();
+    for (std::size_t i = 0; i < emitted; ++i) {
+      if (all[i].end != kUntilOptimizer) continue;
+      all[i].end = now + 1;
+      all.push_back({.bytes = all[i].bytes, .begin = now, .end = now + 1});
+      ++now;
+    }
+    // Buffers the whole step reads (the batch's token ids and labels, the loss scale).
+    for (const int64_t bytes : {m_.tokens * 8, m_.tokens * 8, int64_t{4}})
+      all.push_back({.bytes = bytes, .begin = 0, .end = now + 1});
   }
 
   void forward_op(Op& op) {
@@ -96,7 +135,12 @@ class Builder {
   void backward_op(const Op& op) {
     if (op.weight > 0) {
       emit(op.weight, now_ - 1, now_ + 1);
-      emit(op.weight, now_, now_ + 2 + rng_.below(4));  // until its reduce-scatter
+      if (compiled_ && first_micro_batch_) {
+        emit(op.weight, now_, kUntilOptimizer);  // the gradient accumulator
+      } else {
+        // Until its reduce-scatter, or, compiled, until added to the accumulator.
+        emit(op.weight, now_, now_ + 2 + rng_.below(4));
+      }
     }
     workspace(op.output);
     emit(op.output, now_, now_ + 2 + rng_.below(2));  // the input's gradient
@@ -170,6 +214,8 @@ class Builder {
 
   Model m_;
   int experts_;
+  bool compiled_;
+  bool first_micro_batch_ = true;
   Rng rng_{};
   int64_t now_ = 0;
   std::vector<PoolRequest> out_;
@@ -199,8 +245,7 @@ std::vector<PoolRequest> synthetic_training_trace(const SyntheticTraceOptions& o
   // One micro-batch first, to learn how many buffers the model gives; fewer layers when
   // that is already too many, more micro-batches when too few.
   const auto count = [&](int micro_batches) {
-    return static_cast<int64_t>(
-        Builder(model, options.experts, options.seed).run(micro_batches, false).size());
+    return static_cast<int64_t>(Builder(model, options).run(micro_batches, false).size());
   };
   int micro_batches = options.micro_batches;
   if (micro_batches <= 0) {
@@ -212,7 +257,7 @@ std::vector<PoolRequest> synthetic_training_trace(const SyntheticTraceOptions& o
       micro_batches = static_cast<int>(std::max<int64_t>(1, (wanted + one / 2) / one));
     }
   }
-  return Builder(model, options.experts, options.seed).run(micro_batches, options.pipelined);
+  return Builder(model, options).run(micro_batches, options.pipelined);
 }
 
 }  // namespace shardplan

@@ -17,16 +17,22 @@ namespace shardplan {
 // stage's 1F1B schedule: `pipelined`). With `experts` > 0 every layer's
 // MLP is a mixture of experts whose token counts per expert come from a skewed routing,
 // as in Mixtral or DeepSeek: many buffers of many sizes in one stretch of time, the hard
-// case for packing. Sizes come from a model picked by the seed (hidden size, tokens,
-// vocabulary) with per-op variety (fused ops, odd workspaces). Time is the op index.
-// Deterministic: the same options give the same trace on every platform (SplitMix64 and
-// integer arithmetic only, no std:: distributions).
+// case for packing. `compiled_step`: the step as a graph compiler that plans it whole
+// sees it (MindSpore's SOMAS, XLA): each weight's gradient accumulates in a buffer that
+// lives from its first backward to the optimizer's update at the end of the step, each
+// op keeps up to three small results apart, and a few buffers live over the whole step:
+// long-lived large buffers under many short ones, in one time window. Sizes come from a
+// model picked by the seed (hidden size, tokens, vocabulary) with per-op variety (fused
+// ops, odd workspaces). Time is the op index. Deterministic: the same options give the
+// same trace on every platform (SplitMix64 and integer arithmetic only, no std::
+// distributions).
 struct SyntheticTraceOptions {
   int64_t buffers = 10000;  // about this many: whole layers are generated
   uint64_t seed = 1;
   int experts = 0;        // 0: dense MLP
   int micro_batches = 0;  // 0: as many as `buffers` needs past the model's layers
   bool pipelined = false;
+  bool compiled_step = false;
 };
 
 std::vector<PoolRequest> synthetic_training_trace(const SyntheticTraceOptions& options);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "pool/placement.h"
 #include "pool/pool.h"
@@ -85,6 +86,74 @@ TEST(SyntheticTrace, PipelinedMicroBatchesOverlapInTime) {
   // Two micro-batches' saved activations live at once in 1F1B.
   EXPECT_GT(peak_live_buffers(pipelined), peak_live_buffers(sequential));
   EXPECT_GE(live_bytes_lower_bound(pipelined), live_bytes_lower_bound(sequential));
+}
+
+// The independent time windows of a trace: no buffer is live across their ends.
+int time_windows(const std::vector<PoolRequest>& requests) {
+  std::vector<std::pair<int64_t, int64_t>> lifetimes;
+  for (const PoolRequest& r : requests) lifetimes.emplace_back(r.begin, r.end);
+  std::sort(lifetimes.begin(), lifetimes.end());
+  int windows = 0;
+  int64_t reach = INT64_MIN;
+  for (const auto& [begin, end] : lifetimes) {
+    windows += begin >= reach;
+    reach = std::max(reach, end);
+  }
+  return windows;
+}
+
+TEST(SyntheticTrace, CompiledStepIsOneWindowOfLongLivedBuffersUnderManyShortOnes) {
+  for (const int experts : {0, 8}) {
+    for (const bool pipelined : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "experts " << experts << ", pipelined " << pipelined);
+      const SyntheticTraceOptions options{
+          .buffers = 20000, .seed = 3, .experts = experts, .pipelined = pipelined};
+      SyntheticTraceOptions compiled = options;
+      compiled.compiled_step = true;
+      const auto trace = synthetic_training_trace(compiled);
+      EXPECT_LT(std::abs(static_cast<int64_t>(trace.size()) - 20000), 6000);
+      // Micro-batches one after the other are windows of their own (this dense model
+      // gives several); compiled, the gradient accumulators (and the step's inputs) live
+      // across them all.
+      if (experts == 0 && !pipelined) {
+        EXPECT_GT(time_windows(synthetic_training_trace(options)), 1);
+      }
+      EXPECT_EQ(time_windows(trace), 1);
+      int64_t step_end = 0;
+      for (const PoolRequest& r : trace) {
+        ASSERT_GT(r.bytes, 0);
+        ASSERT_LT(r.begin, r.end);
+        step_end = std::max(step_end, r.end);
+      }
+      // At the peak, buffers living over a tenth of the step or more hold most of the
+      // bytes (SOMAS traces: half to two thirds); most buffers live a few ops.
+      std::vector<std::tuple<int64_t, int, std::size_t>> events;  // frees first
+      for (std::size_t i = 0; i < trace.size(); ++i) {
+        events.emplace_back(trace[i].begin, 1, i);
+        events.emplace_back(trace[i].end, 0, i);
+      }
+      std::sort(events.begin(), events.end());
+      int64_t live = 0, long_lived = 0, peak = 0, long_lived_at_peak = 0;
+      for (const auto& [time, allocate, i] : events) {
+        const int64_t bytes = allocate ? trace[i].bytes : -trace[i].bytes;
+        live += bytes;
+        if (trace[i].end - trace[i].begin >= step_end / 10) long_lived += bytes;
+        if (live > peak) {
+          peak = live;
+          long_lived_at_peak = long_lived;
+        }
+      }
+      EXPECT_EQ(peak, live_bytes_lower_bound(trace));
+      EXPECT_GT(long_lived_at_peak, peak / 2);
+      const auto short_lived = std::count_if(
+          trace.begin(), trace.end(), [](const PoolRequest& r) { return r.end - r.begin <= 4; });
+      EXPECT_GT(short_lived, static_cast<int64_t>(trace.size()) * 2 / 3);
+      const auto whole_step = std::count_if(trace.begin(), trace.end(), [&](const PoolRequest& r) {
+        return r.begin == 0 && r.end == step_end;
+      });
+      EXPECT_GE(whole_step, 1);
+    }
+  }
 }
 
 TEST(PlaceOnline, HandWorkedExampleReusesTheFreedBlock) {
