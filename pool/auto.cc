@@ -110,10 +110,11 @@ class AutoAssigner final : public OffsetAssigner {
     const auto left = [&] {
       return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
     };
-    // The slots rule costs a tenth of best fit and often reaches the bound on FSDP plans;
-    // it may take a quarter of the time.
+    // The slots rule often reaches the bound on FSDP plans; it costs buffers × slots, up to
+    // seconds on traces of tens of thousands of buffers (where best fit now takes less), so
+    // it may take an eighth of the time.
     std::optional<PoolAssignment> slots =
-        pool::place_slots(requests, options, by_clock ? start + (deadline - start) / 4 : deadline);
+        pool::place_slots(requests, options, by_clock ? start + (deadline - start) / 8 : deadline);
     const int64_t lower_bound = live_bytes_lower_bound(requests, options.alignment);
     const int64_t bound = std::max(options.target_bytes, lower_bound);  // good enough
     if (slots && slots->size_bytes <= bound)
@@ -134,14 +135,24 @@ class AutoAssigner final : public OffsetAssigner {
       if (exact.status == PackStatus::solved && exact.size_bytes <= best.size_bytes) return exact;
       return pool::with_status(requests, std::move(best), lower_bound, options);
     }
-    // Two repair chains from the same start with different seeds, one per core; the
-    // lower wins, the first on ties. With a node limit one chain, that many rounds.
-    const int64_t rounds = by_clock ? 0 : options.node_limit;
-    const std::size_t chains = by_clock ? 2 : 1;
+    // Two chains of local search from the same start, one per core: the window search
+    // (exact re-packing of a time window around a buffer at the height) and ruin and
+    // recreate (greedy re-packing of the highest buffers there); each finds what the other
+    // misses. The lower wins, the first on ties. With a node limit one ruin-and-recreate
+    // chain of that many rounds (a window-search round costs up to thousands of search
+    // nodes: too slow for the planner's loops, which set the node limit).
     std::vector<std::future<PoolAssignment>> runs;
-    for (std::size_t k = 0; k < chains; ++k) {
-      runs.push_back(std::async(k == 0 ? std::launch::deferred : std::launch::async, [&, k] {
-        return pool::repair(requests, best, bound, options.alignment, deadline, rounds, k + 1);
+    if (by_clock) {
+      runs.push_back(std::async(std::launch::deferred, [&] {
+        return pool::window_search(requests, best, bound, options.alignment, deadline, 0, 1);
+      }));
+      runs.push_back(std::async(std::launch::async, [&] {
+        return pool::repair(requests, best, bound, options.alignment, deadline, 0, 2);
+      }));
+    } else {
+      runs.push_back(std::async(std::launch::deferred, [&] {
+        return pool::repair(requests, best, bound, options.alignment, deadline, options.node_limit,
+                            1);
       }));
     }
     PoolAssignment repaired = runs.front().get();

@@ -18,7 +18,14 @@
 // search branches only over which buffer comes next. Dominance: a buffer is never placed
 // at or above the lowest top an unplaced buffer could reach, which would leave a gap
 // that buffer fits into.
+//
+// Around fixed buffers (the window search's: Instance::fits) the same holds with "lowest
+// possible offset" the lowest at or above that top where the buffer fits between them:
+// pushed down, a buffer stops on a placed buffer or on a fixed one, and had it a lower
+// place between the fixed ones above the placed ones, it could move there. The pruning
+// counts what the fixed buffers take between a section's floor and the capacity.
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -34,6 +41,15 @@ struct Instance {
   std::vector<std::vector<int32_t>> in_section;
   std::vector<std::vector<int32_t>> partitions;  // buffers of each independent time range
   std::vector<std::pair<int32_t, int32_t>> partition_sections;
+  // Buffers that keep their offsets, which the search places around (window_search.cc);
+  // all empty for a whole instance. Per buffer, the [from, to) offset ranges free of them
+  // all its lifetime that are large enough for it (the last one open: to = INT64_MAX);
+  // per section the ranges they take in it, sorted and merged, and the bytes of the
+  // ranges before each (one more entry than ranges).
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  std::vector<Ranges> fits;
+  std::vector<Ranges> section_blocked;
+  std::vector<std::vector<int64_t>> section_blocked_before;
 };
 
 // Pairs of buffers live at once plus (buffer, section) memberships: what prepare()
@@ -58,5 +74,13 @@ inline constexpr std::array<Heuristic, 3> kHeuristics = {{{Key::width, Key::area
 std::vector<int32_t> preorder(const Instance& in, const std::vector<int32_t>& buffers,
                               const std::vector<int64_t>& section_total,
                               const Heuristic& heuristic);
+
+// Offsets for every buffer of `in` with no top above `capacity`, around its fixed buffers
+// (Instance::fits), found by the search within `node_limit` nodes (restarts over the
+// static orders, starting `rotation` places on); empty when none was found (none exists,
+// or the nodes or the time ran out).
+std::vector<int64_t> place_around_fixed(const Instance& in, int64_t capacity, int64_t node_limit,
+                                        std::size_t rotation,
+                                        std::chrono::steady_clock::time_point deadline);
 
 }  // namespace shardplan::pool

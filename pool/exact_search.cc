@@ -63,12 +63,14 @@ class Search {
       const auto i = static_cast<std::size_t>(b);
       for (int64_t s = in_.section_lo[i]; s < in_.section_hi[i]; ++s)
         total_[static_cast<std::size_t>(s)] += in_.size[i];
+      min_offset_[i] = lowest_fit(i, 0);
       // Boundary k sits between sections k - 1 and k.
       for (int64_t k = in_.section_lo[i] + 1; k < in_.section_hi[i]; ++k)
         ++cuts_[static_cast<std::size_t>(k)];
     }
     for (int32_t s = sections.first; s < sections.second; ++s) {
-      if (total_[static_cast<std::size_t>(s)] > capacity_) return Outcome::exhausted;
+      const auto si = static_cast<std::size_t>(s);
+      if (total_[si] + blocked_bytes(si, 0) > capacity_) return Outcome::exhausted;
     }
     rank(buffers);
     const Outcome outcome = dfs(buffers, sections, -1, -1);
@@ -148,7 +150,7 @@ class Search {
       const auto o = static_cast<std::size_t>(j);
       if (offset_[o] >= 0 || min_offset_[o] >= top) continue;
       offset_changes_.push_back({j, min_offset_[o]});
-      min_offset_[o] = round_up(top, in_.alignment[o]);
+      min_offset_[o] = lowest_fit(o, top);
       if (touched.size() > kMaxFloorSections) continue;
       for (int64_t s = in_.section_lo[o]; s < in_.section_hi[o]; ++s) {
         if (section_stamp_[static_cast<std::size_t>(s)] != stamp_) {
@@ -236,7 +238,8 @@ class Search {
   }
 
   // Every remaining buffer goes at or above `offset` (canonical order) and above each
-  // section's floor, so each section needs its floor plus its unplaced bytes.
+  // section's floor, so each section needs its floor plus its unplaced bytes (plus what
+  // fixed buffers take between the floor and the capacity).
   bool feasible(std::pair<int32_t, int32_t> sections, int64_t offset) const {
     for (int32_t s = sections.first; s < sections.second; ++s) {
       const auto si = static_cast<std::size_t>(s);
@@ -244,9 +247,44 @@ class Search {
         if (floor_[si] > capacity_) return false;
         continue;
       }
-      if (std::max(floor_[si], offset) + total_[si] > capacity_) return false;
+      const int64_t floor = std::max(floor_[si], offset);
+      if (floor + total_[si] + blocked_bytes(si, floor) > capacity_) return false;
     }
     return true;
+  }
+
+  // The lowest offset at or above `from` where buffer i fits between the fixed buffers
+  // live with it (Instance::fits), aligned.
+  int64_t lowest_fit(std::size_t i, int64_t from) const {
+    int64_t at = round_up(from, in_.alignment[i]);
+    if (in_.fits.empty()) return at;
+    const auto& fits = in_.fits[i];
+    auto it =
+        std::lower_bound(fits.begin(), fits.end(), at + in_.size[i],
+                         [](const auto& range, int64_t value) { return range.second < value; });
+    for (; it != fits.end(); ++it) {
+      at = round_up(std::max(at, it->first), in_.alignment[i]);
+      if (at <= it->second - in_.size[i]) return at;
+    }
+    return at;  // not reached: the last range is open
+  }
+
+  // Bytes fixed buffers take in section s between `floor` and the capacity.
+  int64_t blocked_bytes(std::size_t s, int64_t floor) const {
+    if (in_.section_blocked.empty() || floor >= capacity_) return 0;
+    const auto& ranges = in_.section_blocked[s];
+    const auto& before = in_.section_blocked_before[s];
+    const auto lo = static_cast<std::size_t>(
+        std::upper_bound(ranges.begin(), ranges.end(), floor,
+                         [](int64_t value, const auto& range) { return value < range.second; }) -
+        ranges.begin());
+    const auto hi = static_cast<std::size_t>(
+        std::lower_bound(ranges.begin(), ranges.end(), capacity_,
+                         [](const auto& range, int64_t value) { return range.first < value; }) -
+        ranges.begin());
+    if (lo >= hi) return 0;
+    return before[hi] - before[lo] - std::max<int64_t>(0, floor - ranges[lo].first) -
+           std::max<int64_t>(0, ranges[hi - 1].second - capacity_);
   }
 
   const Instance& in_;
@@ -418,6 +456,19 @@ class ExactAssigner final : public OffsetAssigner {
 };
 
 }  // namespace
+
+namespace pool {
+std::vector<int64_t> place_around_fixed(const Instance& in, int64_t capacity, int64_t node_limit,
+                                        std::size_t rotation, Clock::time_point deadline) {
+  std::vector<int64_t> offsets(in.size.size(), -1);
+  int64_t nodes = 0;
+  if (decide(in, capacity, deadline, node_limit, nodes, offsets, rotation, nullptr) !=
+      Outcome::found)
+    offsets.clear();
+  return offsets;
+}
+
+}  // namespace pool
 
 std::unique_ptr<OffsetAssigner> make_exact_assigner() {
   return std::make_unique<ExactAssigner>();

@@ -78,6 +78,112 @@ void PlacedIndex::collect(std::size_t node, std::size_t lo, std::size_t hi, std:
   collect(2 * node + 1, mid, hi, limit, begin, out);
 }
 
+TakenOffsets::TakenOffsets(const std::vector<PoolRequest>& requests) {
+  const std::vector<int64_t> times = distinct_times(requests);
+  const auto index = [&](int64_t t) {
+    return static_cast<int32_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+  };
+  section_lo_.resize(requests.size());
+  section_hi_.resize(requests.size());
+  bytes_.resize(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    section_lo_[i] = index(requests[i].begin);
+    section_hi_[i] = index(requests[i].end);
+    bytes_[i] = requests[i].bytes;
+  }
+  while (leaves_ < times.size()) leaves_ *= 2;
+  runs_.resize(2 * leaves_);
+  below_.assign(2 * leaves_, 0);
+}
+
+void TakenOffsets::place(std::size_t request, int64_t offset) {
+  const int64_t from = offset;
+  const int64_t to = offset + bytes_[request];
+  const auto add = [&](std::size_t node) {
+    auto& runs = runs_[node];
+    auto next = std::lower_bound(runs.begin(), runs.end(), from,
+                                 [](const auto& run, int64_t value) { return run.first < value; });
+    const bool joins_below = next != runs.begin() && std::prev(next)->second == from;
+    const bool joins_above = next != runs.end() && next->first == to;
+    if (joins_below && joins_above) {
+      std::prev(next)->second = next->second;
+      runs.erase(next);
+    } else if (joins_below) {
+      std::prev(next)->second = to;
+    } else if (joins_above) {
+      next->first = from;
+    } else {
+      runs.insert(next, {from, to});
+    }
+    for (std::size_t up = node; up >= 1; up /= 2) ++below_[up];
+  };
+  // The nodes that tile sections [lo, hi), bottom up.
+  for (std::size_t lo = section_lo_[request] + leaves_, hi = section_hi_[request] + leaves_;
+       lo < hi; lo /= 2, hi /= 2) {
+    if (lo & 1) add(lo++);
+    if (hi & 1) add(--hi);
+  }
+}
+
+void TakenOffsets::taken(std::size_t request, std::vector<std::pair<int64_t, int64_t>>& out) const {
+  out.clear();
+  pieces_.clear();
+  const auto from = static_cast<std::size_t>(section_lo_[request]);
+  const auto to = static_cast<std::size_t>(section_hi_[request]);
+  if (from < to) gather(1, 0, leaves_, from, to);
+  // The nodes' lists, each sorted, merged pairwise (each round halves their number) into
+  // one sorted list with touching ranges joined. (Merging the two shortest first, as
+  // Huffman's code, measured slower: its heap costs more than the rounds save.)
+  std::vector<Range>* source = &scratch_[0];
+  source->clear();
+  spans_.clear();
+  for (const std::size_t node : pieces_) {
+    spans_.emplace_back(source->size(), source->size() + runs_[node].size());
+    source->insert(source->end(), runs_[node].begin(), runs_[node].end());
+  }
+  std::vector<Range>* target = &scratch_[1];
+  while (spans_.size() > 1) {
+    target->clear();
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < spans_.size(); k += 2) {
+      const std::size_t begin = target->size();
+      const auto [a, a_end] = spans_[k];
+      const auto [b, b_end] = k + 1 < spans_.size() ? spans_[k + 1] : std::pair{a_end, a_end};
+      union_of(source->data() + a, source->data() + a_end, source->data() + b,
+               source->data() + b_end, *target);
+      spans_[kept++] = {begin, target->size()};
+    }
+    spans_.resize(kept);
+    std::swap(source, target);
+  }
+  out.assign(source->begin(), source->end());
+}
+
+void TakenOffsets::union_of(const Range* a, const Range* a_end, const Range* b, const Range* b_end,
+                            std::vector<Range>& out) {
+  const std::size_t first = out.size();
+  const auto push = [&](const Range& range) {
+    if (out.size() > first && range.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, range.second);
+    } else {
+      out.push_back(range);
+    }
+  };
+  while (a != a_end && b != b_end) push(a->first <= b->first ? *a++ : *b++);
+  while (a != a_end) push(*a++);
+  while (b != b_end) push(*b++);
+}
+
+void TakenOffsets::gather(std::size_t node, std::size_t lo, std::size_t hi, std::size_t from,
+                          std::size_t to) const {
+  if (hi <= from || lo >= to || below_[node] == 0) return;
+  if (!runs_[node].empty()) pieces_.push_back(node);
+  if (hi - lo == 1) return;
+  const std::size_t mid = (lo + hi) / 2;
+  gather(2 * node, lo, mid, from, to);
+  gather(2 * node + 1, mid, hi, from, to);
+}
+
 int64_t fit_offset(const std::vector<std::pair<int64_t, int64_t>>& taken, int64_t bytes,
                    int64_t alignment, int64_t limit, bool lowest) {
   int64_t best = -1;
@@ -105,9 +211,8 @@ std::optional<PoolAssignment> place_in_order(const std::vector<PoolRequest>& req
                                              Clock::time_point deadline) {
   PoolAssignment out;
   out.offsets.assign(requests.size(), 0);
-  PlacedIndex index(requests);
-  std::vector<std::size_t> neighbours;
-  std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of the neighbours
+  TakenOffsets index(requests);
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) ranges live with it
   std::size_t done = 0;
   for (std::size_t i : order) {
     // A placement costs up to milliseconds on inputs where thousands of buffers are live
@@ -116,16 +221,10 @@ std::optional<PoolAssignment> place_in_order(const std::vector<PoolRequest>& req
     const PoolRequest& r = requests[i];
     const int64_t alignment = alignment_of(r, default_alignment);
     taken.clear();
-    if (occupies(r)) {
-      index.overlapping(r.begin, r.end, neighbours);
-      for (std::size_t n : neighbours)
-        taken.emplace_back(out.offsets[n], out.offsets[n] + requests[n].bytes);
-      std::sort(taken.begin(), taken.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-    }
+    if (occupies(r)) index.taken(i, taken);
     out.offsets[i] = fit_offset(taken, r.bytes, alignment, INT64_MAX, /*lowest=*/false);
     out.size_bytes = std::max(out.size_bytes, out.offsets[i] + r.bytes);
-    if (occupies(r)) index.place(i);
+    if (occupies(r)) index.place(i, out.offsets[i]);
   }
   return out;
 }

@@ -67,10 +67,13 @@ std::unique_ptr<OffsetAssigner> make_slots_assigner();
 // buffers that holds it, else on top, over three orders — decreasing breadth (most bytes
 // live during the buffer's lifetime; TFLite's GreedyByBreadth), decreasing size
 // (GreedyBySize) and decreasing lifetime (XLA's second order) — keeping the lowest.
-// Overlaps come from a segment tree over start times, O(k log n) per buffer.
-// `refine`: then squeaky-wheel rounds (the buffers that ended above the lower bound go
-// first in the next round) within half the time limit; auto uses it. An order still
-// running at the time limit is dropped; when none finishes, the time-order placement.
+// The offsets taken during a buffer's lifetime come from a segment tree over time whose
+// nodes hold the placed buffers' ranges merged into runs (pool::TakenOffsets).
+// `refine`: past 2 000 buffers and without a node limit five more orders (lifetime
+// octaves then start or size; size octaves), then squeaky-wheel rounds (the buffers that
+// ended above the lower bound go first in the next round) within half the time limit;
+// auto uses it. An order still running at the time limit (refining with eight, at 40 %
+// of it) is dropped; when none finishes, the time-order placement.
 std::unique_ptr<OffsetAssigner> make_best_fit_assigner(bool refine = false);
 
 // Complete branch and bound in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): decides
@@ -87,8 +90,9 @@ std::unique_ptr<OffsetAssigner> make_exact_assigner();
 // Each independent time window (no buffer live across its ends) apart, each searched only
 // down to the whole input's lower bound: slots when it already reaches it (cheap, common
 // on FSDP plans); else best-fit with squeaky-wheel rounds, then, still above the bound,
-// exact (up to 2 000 buffers) or ruin-and-recreate repair (more) within the rest of the
-// time limit; the best.
+// exact (up to 2 000 buffers) or, within the rest of the time limit, the window search
+// and ruin-and-recreate repair on two cores (more; with a node limit repair alone); the
+// best.
 std::unique_ptr<OffsetAssigner> make_auto_assigner();
 
 // Time order, each buffer into the best-fitting free block as an allocator would place
