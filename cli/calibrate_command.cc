@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "models/atomic_file.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 
 namespace shardplan {
@@ -34,7 +35,7 @@ int run_calibrate(const CalibrateParams& p, std::ostream& out) {
                                                                  .traces = p.traces,
                                                                  .plan = p.plan,
                                                                  .measured = p.measured});
-  if (!p.output.empty()) write_file_atomically(p.output, result.cluster_json.dump(2) + "\n");
+  if (!p.output.empty()) write_file_atomically(p.output, json_text(result.cluster_json, 2) + "\n");
   const CalibrationReport& r = result.report;
   if (p.json) {
     nlohmann::json constants = nlohmann::json::array();
@@ -58,12 +59,12 @@ int run_calibrate(const CalibrateParams& p, std::ostream& out) {
                         {"worst_relative_error_before", c.worst_before},
                         {"worst_relative_error_after", c.worst_after}});
     }
-    out << nlohmann::json{{"cluster", result.cluster.name},
-                          {"output",
-                           p.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.output)},
-                          {"constants", constants},
-                          {"checks", checks}}
-               .dump(2)
+    out << json_text(nlohmann::json{{"cluster", result.cluster.name},
+                                    {"output", p.output.empty() ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(p.output)},
+                                    {"constants", constants},
+                                    {"checks", checks}},
+                     2)
         << "\n";
     return 0;
   }

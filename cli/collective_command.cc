@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "models/suggest.h"
 #include "models/text_format.h"
 #include "simulator/collective_model.h"
@@ -66,12 +67,12 @@ int run_collective(const CollectiveParams& p, std::ostream& out) {
     table.push_back(row_text(bytes, e));
   }
   if (p.json) {
-    out << nlohmann::json{{"cluster", cluster.name},
-                          {"op", collective_name(op)},
-                          {"ranks", ranks},
-                          {"nodes", layout.nodes()},
-                          {"results", rows}}
-               .dump(2)
+    out << json_text(nlohmann::json{{"cluster", cluster.name},
+                                    {"op", collective_name(op)},
+                                    {"ranks", ranks},
+                                    {"nodes", layout.nodes()},
+                                    {"results", rows}},
+                     2)
         << "\n";
     return 0;
   }

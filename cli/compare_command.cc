@@ -74,15 +74,15 @@ int run_compare(const CompareParams& p, std::ostream& out) {
     nlohmann::json summary = nlohmann::json::object();
     for (const auto& [name, x, y] : streams)
       summary[name] = {{"predicted_seconds", x}, {"measured_seconds", y}};
-    out << nlohmann::json{{"predicted", p.predicted},
-                          {"measured", p.measured},
-                          {"matched_ops", !by_kind_only},
-                          {"step",
-                           {{"predicted_seconds", a.step_seconds},
-                            {"measured_seconds", b.step_seconds}}},
-                          {"by_kind", kinds},
-                          {"summary", summary}}
-               .dump(2)
+    out << json_text(nlohmann::json{{"predicted", p.predicted},
+                                    {"measured", p.measured},
+                                    {"matched_ops", !by_kind_only},
+                                    {"step",
+                                     {{"predicted_seconds", a.step_seconds},
+                                      {"measured_seconds", b.step_seconds}}},
+                                    {"by_kind", kinds},
+                                    {"summary", summary}},
+                     2)
         << "\n";
     return 0;
   }

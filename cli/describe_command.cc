@@ -6,6 +6,7 @@
 #include "cli/job.h"
 #include "cli/options.h"
 #include "models/cluster_spec.h"
+#include "models/json_reader.h"
 #include "models/model_summary.h"
 #include "models/text_format.h"
 #include "models/zoo.h"
@@ -115,7 +116,7 @@ int run_describe(const DescribeParams& p, std::ostream& out) {
                      {"summary", summary_json(summary)},
                      {"memory", memory_estimate_to_json(memory)}};
     add_stack_notes(job, j);
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return 0;
   }
 

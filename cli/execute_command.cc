@@ -146,7 +146,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (backend->rank() != 0) return 0;
   const MeasuredMfu mfu = measured_mfu(plan, t, p.backend);
   t.summary.mfu = mfu.value.value_or(0);
-  if (!p.output.empty()) write_file_atomically(p.output, timeline_to_json(t).dump(1) + "\n");
+  if (!p.output.empty()) write_file_atomically(p.output, json_text(timeline_to_json(t), 1) + "\n");
   if (p.json) {
     nlohmann::json j = timeline_to_json(t);
     j.erase("ops");
@@ -160,7 +160,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     j["backend"] = p.backend;
     j["ranks"] = backend->world_size();
     j["checked"] = options.check;
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return 0;
   }
   out << fmt::format(

@@ -40,7 +40,8 @@ std::string parse_error_text(const CLI::ParseError& error) {
              " is not a value it takes (out of its range, or not a number of its kind)";
     }
   }
-  return shardplan::printable_message(text);
+  // CLI11 echoes a value whole ("File does not exist: <5 000 bytes of a path>").
+  return shardplan::printable_message(text, 600);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "models/cluster_spec.h"
+#include "models/error.h"
 #include "models/zoo.h"
 
 namespace shardplan {
@@ -14,14 +15,14 @@ CLI::Validator whole_number_at_least(long long min) {
         try {
           std::size_t used = 0;
           const long long value = std::stoll(text, &used);
-          if (used != text.size()) return "expected a whole number, got '" + text + "'";
+          if (used != text.size()) return "expected a whole number, got " + quote_input(text);
           if (value < min) {
             return min == 1 ? "must be positive, got " + text
                             : "must be at least " + std::to_string(min) + ", got " + text;
           }
           return "";
         } catch (const std::exception&) {
-          return "expected a whole number, got '" + text + "'";
+          return "expected a whole number, got " + quote_input(text);
         }
       },
       min == 1 ? "POSITIVE" : "INT>=" + std::to_string(min));

@@ -93,7 +93,7 @@ int run_pack(const PackParams& p, std::ostream& out) {
     }
   }
   if (!p.output.empty() && solved) {
-    write_file_atomically(p.output, is_plan ? plan_to_json(plan).dump(1) + "\n"
+    write_file_atomically(p.output, is_plan ? json_text(plan_to_json(plan), 1) + "\n"
                                             : format_pool_csv(table, result.offsets));
   }
   const double gap =
@@ -118,7 +118,7 @@ int run_pack(const PackParams& p, std::ostream& out) {
         {"alignment", p.alignment},
         {"output", solved ? p.output : ""}};
     if (p.capacity) j["capacity"] = *p.capacity;
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return 0;
   }
   out << fmt::format("{}: {} buffers, {}\n", p.input, table.requests.size(), assigner->name());

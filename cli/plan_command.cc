@@ -112,14 +112,14 @@ int run_plan(const PlanParams& p, std::ostream& out) {
   }
   const std::string emitted =
       p.emit.empty() ? "" : emit_text(p.emit, job.model, job.cluster, job.config);
-  if (!p.output.empty()) write_file_atomically(p.output, plan_to_json(plan).dump(1) + "\n");
+  if (!p.output.empty()) write_file_atomically(p.output, json_text(plan_to_json(plan), 1) + "\n");
   const PlanMemory memory = plan_memory(plan);
   print_stack_notes(job, p.json);
   if (p.json) {
     nlohmann::json j = plan_summary_json(plan, memory, p.output);
     add_stack_notes(job, j);
     if (!p.emit.empty()) j["emit"] = {{"format", p.emit}, {"text", emitted}};
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
   } else if (!p.emit.empty()) {
     out << emitted;
   } else {

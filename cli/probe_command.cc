@@ -9,6 +9,7 @@
 #include "executor/probe.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 #include "planner/plan_json.h"
 
@@ -80,9 +81,9 @@ int run_probe(const ProbeParams& p, std::ostream& out, std::ostream& err) {
   }
   if (rank != 0) return 0;
   if (p.output.empty()) {
-    out << probe.dump(2) << "\n";
+    out << json_text(probe, 2) << "\n";
   } else {
-    write_file_atomically(p.output, probe.dump(2) + "\n");
+    write_file_atomically(p.output, json_text(probe, 2) + "\n");
     out << fmt::format(
         "wrote {}: {} collective tables over {} ranks; give it to calibrate "
         "--probe\n",

@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 #include "models/zoo.h"
 #include "planner/plan_builder.h"
@@ -22,9 +23,9 @@ ClusterSpec plan_cluster(const Plan& plan, const SimulateParams& p) {
   const auto names = cluster_zoo_names();
   if (!p.cluster_given && std::find(names.begin(), names.end(), plan.cluster) == names.end()) {
     throw InputError(p.plan, "cluster",
-                     fmt::format("the plan was made for cluster '{}', which is not built in; give "
+                     fmt::format("the plan was made for cluster {}, which is not built in; give "
                                  "its file with --cluster",
-                                 plan.cluster));
+                                 quote_input(plan.cluster)));
   }
   ClusterSpec cluster =
       load_cluster(p.cluster_given ? p.job.cluster : plan.cluster, std::nullopt, plan.num_gpus);
@@ -106,9 +107,9 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
   }
   // Everything is computed before anything is written.
   if (!p.trace_out.empty())
-    write_file_atomically(p.trace_out, chrome_trace(timeline).dump() + "\n");
+    write_file_atomically(p.trace_out, json_text(chrome_trace(timeline)) + "\n");
   if (!p.timeline_out.empty())
-    write_file_atomically(p.timeline_out, timeline_to_json(timeline).dump(1) + "\n");
+    write_file_atomically(p.timeline_out, json_text(timeline_to_json(timeline), 1) + "\n");
   if (!p.report.empty()) write_file_atomically(p.report, html_report(plan, timeline));
   if (p.json) {
     nlohmann::json j = timeline_to_json(timeline);
@@ -117,7 +118,7 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     j.erase("critical_path");
     j["config"] = fsdp_config_to_json(plan.config);
     j.update(stack_notes);
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return 0;
   }
   print_summary(plan, timeline, out);

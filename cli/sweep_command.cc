@@ -26,6 +26,15 @@
 namespace shardplan {
 namespace {
 
+// Where the sweep's global batch came from, for an error about it.
+std::string global_batch_source(const SweepParams& p, const Job& job) {
+  if (p.global_batch) return "--global-batch";
+  if (p.global_batch_tokens) return "--global-batch-tokens";
+  if (job.stack && job.stack->global_batch) return job.stack->label + ": global batch";
+  if (!p.space_file.empty()) return p.space_file + ": global batch";
+  return "sweep: the default global batch (4 sequences per GPU)";
+}
+
 SearchSpace build_space(const SweepParams& p, const Job& job) {
   SearchSpace space = default_search_space(job.model, job.cluster, job.config);
   if (!p.space_file.empty())
@@ -345,8 +354,14 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (rank != 0) return all_invalid ? 1 : 0;
   if (all_invalid) {
     const SweepPoint& first = result.points.front();
+    // Every mesh tiles the GPUs but none splits the batch: the batch is what to change, and
+    // the message names where it came from.
+    const bool batch_only =
+        std::all_of(result.points.begin(), result.points.end(), [](const SweepPoint& point) {
+          return point.config.grad_accum == 0 && point.config.dp_shard > 0;
+        });
     throw InputError(
-        "sweep", "",
+        batch_only ? global_batch_source(p, job) : "sweep", "",
         fmt::format("all {} configurations are invalid; the first ({}): {}", result.points.size(),
                     describe_config(first.config), first.reason));
   }
@@ -370,14 +385,14 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (!p.emit_config.empty() && !result.ranking.empty()) {
     write_file_atomically(
         p.emit_config,
-        fsdp_config_to_json(result.points[result.ranking.front()].config).dump(2) + "\n");
+        json_text(fsdp_config_to_json(result.points[result.ranking.front()].config), 2) + "\n");
   }
   print_stack_notes(job, p.json);
   if (p.json) {
     nlohmann::json j = sweep_json(p, job, result, cap, seconds, advice);
     add_stack_notes(job, j);
     if (!p.emit.empty()) j["emit"] = {{"format", p.emit}, {"text", emitted}};
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return 0;
   }
   if (!p.emit.empty() && !result.ranking.empty()) {

@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "models/atomic_file.h"
 #include "models/error.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 #include "planner/plan_json.h"
 #include "traces/trace_import.h"
@@ -98,12 +99,12 @@ int run_trace_import(const TraceImportParams& p, std::ostream& out) {
   const ImportedTrace imported = make_trace_importer(p.format, p.input)->import(p.input, options);
   // Both files are ready before either is written.
   const nlohmann::json step = imported_trace_to_json(imported);
-  const std::string step_text = step.dump(1) + "\n";
-  const std::string timeline_text = timeline_to_json(imported.timeline).dump(1) + "\n";
+  const std::string step_text = json_text(step, 1) + "\n";
+  const std::string timeline_text = json_text(timeline_to_json(imported.timeline), 1) + "\n";
   if (!p.output.empty()) write_file_atomically(p.output, step_text);
   if (!p.timeline.empty()) write_file_atomically(p.timeline, timeline_text);
   if (p.json) {
-    out << step.dump(2) << "\n";
+    out << json_text(step, 2) << "\n";
   } else {
     print_summary(imported, out);
   }

@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "executor/cuda_probe.h"
 #include "models/cluster_spec.h"
+#include "models/json_reader.h"
 #include "models/text_format.h"
 #include "models/zoo.h"
 
@@ -31,7 +32,7 @@ int run_models(const ZooParams& params, std::ostream& out) {
                     std::to_string(m.hidden_size), std::to_string(m.vocab_size)});
   }
   if (params.json) {
-    out << nlohmann::json{{"models", list}}.dump(2) << "\n";
+    out << json_text(nlohmann::json{{"models", list}}, 2) << "\n";
   } else {
     out << render_table({"model", "family", "params", "active", "layers", "hidden", "vocab"}, rows,
                         {2, 3, 4, 5, 6});
@@ -67,7 +68,7 @@ int run_clusters(const ZooParams& params, std::ostream& out) {
          fmt::format("{:.0f}", c.inter_node.bandwidth_bytes_per_s / 1e9)});
   }
   if (params.json) {
-    out << nlohmann::json{{"clusters", list}}.dump(2) << "\n";
+    out << json_text(nlohmann::json{{"clusters", list}}, 2) << "\n";
   } else {
     out << render_table({"cluster", "gpu", "gpus/node", "memory", "HBM TB/s", "BF16 TFLOP/s",
                          "FP8 TFLOP/s", "SMs", "NVLink GB/s", "NIC GB/s"},
@@ -81,15 +82,15 @@ int run_clusters(const ZooParams& params, std::ostream& out) {
 int run_version(bool json, std::ostream& out) {
   const CudaProbe probe = probe_cuda();
   if (json) {
-    out << nlohmann::json{{"version", SHARDPLAN_VERSION},
-                          {"cuda_backend", probe.compiled},
-                          {"cuda_plugin", probe.plugin_path},
-                          {"cuda_runtime_version", probe.runtime_version},
-                          {"nccl_version", probe.nccl_version},
-                          {"cublas_version", probe.cublas_version},
-                          {"cuda_devices", probe.device_count},
-                          {"cuda_device_error", probe.device_error}}
-               .dump(2)
+    out << json_text(nlohmann::json{{"version", SHARDPLAN_VERSION},
+                                    {"cuda_backend", probe.compiled},
+                                    {"cuda_plugin", probe.plugin_path},
+                                    {"cuda_runtime_version", probe.runtime_version},
+                                    {"nccl_version", probe.nccl_version},
+                                    {"cublas_version", probe.cublas_version},
+                                    {"cuda_devices", probe.device_count},
+                                    {"cuda_device_error", probe.device_error}},
+                     2)
         << "\n";
     return 0;
   }

@@ -283,10 +283,14 @@ nlohmann::json literal(const std::string& text, const std::string& label, int li
   }
   if (!text.empty() && (text.front() == '[' || text.front() == '-' ||
                         std::isdigit(static_cast<unsigned char>(text.front())) != 0)) {
-    const nlohmann::json parsed = nlohmann::json::parse(python_to_json(text), nullptr, false);
-    if (!parsed.is_discarded()) return parsed;
-    throw InputError(label, fmt::format("line {}", line),
-                     fmt::format("cannot read value {}", quote_input(text)));
+    // parse_json_text also refuses a list nested past any config's depth (copying one
+    // nested 100 000 deep overflowed the stack).
+    try {
+      return parse_json_text(python_to_json(text), label);
+    } catch (const InputError& error) {
+      throw InputError(label, fmt::format("line {}", line),
+                       fmt::format("cannot read value {}: {}", quote_input(text), error.reason()));
+    }
   }
   if (text.empty() || text.find_first_of("()[]{} ") != std::string::npos) {
     throw InputError(

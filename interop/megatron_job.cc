@@ -166,7 +166,7 @@ void read_mesh(ArgReader& r, nlohmann::json& c, int64_t tp, bool moe) {
       c["moe_dispatcher"] = *dispatcher;
     } else {
       r.fail("moe_token_dispatcher_type",
-             fmt::format("'{}' is not allgather, alltoall or flex", *dispatcher));
+             fmt::format("{} is not allgather, alltoall or flex", quote_input(*dispatcher)));
     }
   }
   if (const auto capacity = r.number("moe_expert_capacity_factor")) {
@@ -233,7 +233,7 @@ std::string dtype_option(ArgReader& r, const std::string& dest, const std::strin
   const std::string value = r.text(dest).value_or(fallback);
   if (value == "auto") return automatic;
   if (value != "fp32" && value != "bf16" && value != "fp16") {
-    r.fail(dest, fmt::format("'{}' is not fp32, bf16, fp16 or auto", value));
+    r.fail(dest, fmt::format("{} is not fp32, bf16, fp16 or auto", quote_input(value)));
   }
   return value;
 }
@@ -265,7 +265,7 @@ void read_precision(ArgReader& r, nlohmann::json& c, bool fsdp) {
   }
   if (const auto format = r.text("fp8")) {  // --fp8-format
     if (*format != "e4m3" && *format != "hybrid") {
-      r.fail("fp8", fmt::format("'{}' is not e4m3 or hybrid", *format));
+      r.fail("fp8", fmt::format("{} is not e4m3 or hybrid", quote_input(*format)));
     }
     c["fp8"] = true;
     // TransformerConfig.fp8_recipe's default is delayed scaling.
@@ -299,7 +299,8 @@ void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
     return;
   }
   if (*granularity != "full") {
-    r.fail("recompute_granularity", fmt::format("'{}' is not full or selective", *granularity));
+    r.fail("recompute_granularity",
+           fmt::format("{} is not full or selective", quote_input(*granularity)));
   }
   c["recompute"] = "full";
   // TransformerConfig.__post_init__ raises without a method and a layer count.
@@ -312,7 +313,7 @@ void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
   const std::string& method = *method_given;
   const int64_t layers = *layers_given;
   if (method != "uniform" && method != "block") {
-    r.fail("recompute_method", fmt::format("'{}' is not uniform or block", method));
+    r.fail("recompute_method", fmt::format("{} is not uniform or block", quote_input(method)));
   }
   if (method == "uniform" && layers != 1) {
     r.not_modelled("recompute_num_layers",

@@ -52,7 +52,8 @@ class PatternParser {
  private:
   [[noreturn]] void bad() {
     r_.fail("moe_layer_freq",
-            fmt::format("cannot read '{}': expected N or a list such as ([0]*3+[1]*5)", text_));
+            fmt::format("cannot read {}: expected N or a list such as ([0]*3+[1]*5)",
+                        quote_input(text_)));
   }
   void skip() {
     while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
@@ -252,7 +253,7 @@ nlohmann::json megatron_model_json(ArgReader& r, const std::string& name, int64_
   }
   const std::string norm = r.text("normalization").value_or("LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") {
-    r.fail("normalization", fmt::format("'{}' is not LayerNorm or RMSNorm", norm));
+    r.fail("normalization", fmt::format("{} is not LayerNorm or RMSNorm", quote_input(norm)));
   }
   m["norm"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
   m["tie_embeddings"] = !r.flag("untie_embeddings_and_output_weights");

@@ -51,8 +51,22 @@ StackJob read_megatron_args(const std::string& text_or_file) {
     throw InputError("--from-megatron", "",
                      "nothing to read: give a Megatron-LM command line or a file holding one");
   }
-  const std::string text =
-      inline_text ? stack_text(text_or_file, label) : read_stack_file(text_or_file);
+  std::string text;
+  if (inline_text) {
+    text = stack_text(text_or_file, label);
+  } else {
+    // One word that is no file and no path either: say both readings, not just that a
+    // file did not open.
+    try {
+      text = read_stack_file(text_or_file);
+    } catch (const InputError& error) {
+      if (text_or_file.find_first_of("/.") != std::string::npos) throw;
+      throw InputError("--from-megatron", "",
+                       fmt::format("{} is neither a command line (it has no --flag) nor a file "
+                                   "that can be read ({})",
+                                   quote_input(text_or_file), error.reason()));
+    }
+  }
   if (text.find_first_not_of(" \t\n") == std::string::npos) {
     throw InputError(label, "", "the file is empty: nothing to read");
   }

@@ -118,7 +118,10 @@ void replace_regular_file(const std::string& path, const fs::path& target,
                           std::optional<mode_t> existing_mode, const std::string& text) {
   fs::path directory = target.parent_path();
   if (directory.empty()) directory = ".";
-  const std::string prefix = "." + target.filename().string() + ".";
+  // A name near the file system's limit (255 bytes) leaves no room for the temporary's
+  // additions: its first 128 bytes name the temporary instead.
+  constexpr std::size_t kNameInTemporary = 128;
+  const std::string prefix = "." + target.filename().string().substr(0, kNameInTemporary) + ".";
   remove_stale_temporaries(directory, prefix);
 
   // The pid names the writer; the counter keeps two writes of one process (threads of the

@@ -17,10 +17,12 @@ std::string format_message(const std::string& file, const std::string& field,
   return message + reason;
 }
 
-// A path or field may itself come from the input (a key of a JSON object), so each part
-// is bounded on its own; a JSON path 256 levels deep (the deepest a model may nest) is
-// about 3 KB and stays whole.
-constexpr std::size_t kMaxNameBytes = 4096;
+// A path or field may itself come from the input (a key of a JSON object, a file name of
+// thousands of bytes), so each part is bounded on its own, the names by their two ends
+// (where a path says which file, and which field it ends in); the whole message then stays
+// under about 1 200 bytes.
+constexpr std::size_t kMaxNameBytes = 200;
+constexpr std::size_t kMaxReasonBytes = 800;
 
 // The length of the UTF-8 sequence starting at text[at] if it is well formed (shortest
 // form, no surrogates, at most U+10FFFF), else 0.
@@ -81,8 +83,12 @@ std::size_t append_escaped(std::string& out, std::string_view text, std::size_t 
     return 1;
   }
   const std::string_view sequence = text.substr(at, length);
+  const auto second = static_cast<unsigned char>(length == 2 ? sequence[1] : 0);
   if (sequence == "\xEF\xBB\xBF") {  // U+FEFF, the byte-order mark: invisible when printed
     out += "\\u{FEFF}";
+  } else if (c == 0xC2 && second >= 0x80 && second <= 0x9F) {
+    // U+0080-U+009F, the C1 controls: valid UTF-8, but a terminal acts on some of them.
+    out += fmt::format("\\u{{{:04X}}}", second);
   } else {
     out += sequence;
   }
@@ -98,8 +104,8 @@ std::string size_note(std::size_t bytes) {
 }  // namespace
 
 InputError::InputError(std::string file, std::string field, std::string reason)
-    : InputError(Parts{printable_message(file, kMaxNameBytes),
-                       printable_message(field, kMaxNameBytes), printable_message(reason)}) {}
+    : InputError(Parts{printable_name(file, kMaxNameBytes), printable_name(field, kMaxNameBytes),
+                       printable_message(reason, kMaxReasonBytes)}) {}
 
 InputError::InputError(Parts parts)
     : std::runtime_error(format_message(parts.file, parts.field, parts.reason)),
@@ -134,6 +140,29 @@ std::string printable_message(std::string_view text, std::size_t max_bytes) {
     out += fmt::format(" … ({} more left out)", size_note(text.size() - at));
   }
   return out;
+}
+
+std::string printable_name(std::string_view text, std::size_t max_bytes) {
+  std::string whole;
+  std::size_t at = 0;
+  while (at < text.size() && whole.size() <= max_bytes) {
+    at += append_escaped(whole, text, at, /*keep_newlines=*/false);
+  }
+  if (at == text.size() && whole.size() <= max_bytes) return whole;
+  // The two ends, each cut at a character: the head from the escaped text, the tail escaped
+  // from the input's last bytes (skipping a partial UTF-8 sequence at its start).
+  std::size_t head_end = max_bytes / 2;
+  while (head_end > 0 && (static_cast<unsigned char>(whole[head_end]) & 0xC0u) == 0x80u) --head_end;
+  std::size_t tail_start = text.size() > max_bytes / 2 ? text.size() - max_bytes / 2 : 0;
+  while (tail_start < text.size() &&
+         (static_cast<unsigned char>(text[tail_start]) & 0xC0u) == 0x80u) {
+    ++tail_start;
+  }
+  std::string tail;
+  for (std::size_t i = tail_start; i < text.size();) {
+    i += append_escaped(tail, text, i, /*keep_newlines=*/false);
+  }
+  return whole.substr(0, head_end) + fmt::format("…({} in all)…", size_note(text.size())) + tail;
 }
 
 }  // namespace shardplan

@@ -44,4 +44,9 @@ std::string quote_input(std::string_view value, std::size_t max_chars = 60);
 // every message.
 std::string printable_message(std::string_view text, std::size_t max_bytes = 4096);
 
+// A file name or JSON path for a message: escaped as quote_input does (newlines too), and
+// when longer than `max_bytes`, its two ends with the length of the whole between them
+// ("/ops/35/bytttt…(4.0 kB in all)…ttes").
+std::string printable_name(std::string_view text, std::size_t max_bytes = 200);
+
 }  // namespace shardplan

@@ -52,9 +52,15 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   return {line, column};
 }
 
+// JSON nesting: a model's modules nest at most 256 levels (two JSON levels each); a value
+// nested far deeper would overflow the stack wherever it is copied or compared (nlohmann
+// recurses there).
+constexpr std::size_t kMaxJsonDepth = 1000;
+
 // Builds the document as nlohmann's own DOM parser does, and refuses a key that an object
-// already has: nlohmann keeps the last silently, so "bytes" given twice would be read as
-// whichever came second without a word (RFC 8259 leaves duplicates to the reader).
+// already has (nlohmann keeps the last silently, so "bytes" given twice would be read as
+// whichever came second without a word; RFC 8259 leaves duplicates to the reader) and
+// nesting past kMaxJsonDepth.
 class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
  public:
   DuplicateKeyCheck(nlohmann::json& result, const std::string& label)
@@ -140,6 +146,12 @@ class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
   }
   // Frames are reused, not popped, so a long array of small objects allocates once.
   void open(bool object) {
+    if (depth_ >= kMaxJsonDepth) {
+      throw InputError(label_, "",
+                       fmt::format("values nested more than {} levels deep; no shardplan input "
+                                   "nests that deep (copying such a value would recurse as deep)",
+                                   kMaxJsonDepth));
+    }
     if (depth_ == frames_.size()) frames_.emplace_back();
     Frame& frame = frames_[depth_++];
     frame.object = object;
@@ -207,9 +219,14 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& label) 
   }
 }
 
+std::string json_text(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string read_text_file(const std::string& path, int64_t max_bytes) {
   // open() and fstat() rather than ifstream: a directory opens as an empty stream, and a
   // device or FIFO has no size to check before reading it.
+  if (path.empty()) throw InputError("''", "", "an empty path names no file; give one");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;

@@ -20,6 +20,10 @@ std::string read_text_file(const std::string& path, int64_t max_bytes = limits::
 // InputError naming the file and the line and column.
 nlohmann::json read_json_file(const std::string& path,
                               int64_t max_bytes = limits::kMaxInputFileBytes);
+// JSON text of `value` for output (stdout, plan.json, timelines): `indent` as dump's. Text
+// that is not UTF-8 (a file name from the command line may be any bytes) is written with
+// U+FFFD in its place, where dump() would throw.
+std::string json_text(const nlohmann::json& value, int indent = -1);
 // Parses JSON text that came from `label` (a file name or "<built-in x>").
 nlohmann::json parse_json_text(std::string_view text, const std::string& label);
 

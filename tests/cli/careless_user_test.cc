@@ -160,6 +160,30 @@ TEST(CarelessOutput, AStepLongerThanADayIsNotWrittenAsATimeline) {
   EXPECT_GT(stdout_json(r)["summary"]["step_seconds"].get<double>(), 86400.0);
 }
 
+// A file name need not be UTF-8; --json output must be, and says U+FFFD for what is not.
+TEST(CarelessInput, AFileNameThatIsNotUtf8KeepsTheJsonValid) {
+  const fs::path folder = fresh_folder("utf8");
+  const std::string plan = (folder / "plan.json").string();
+  ASSERT_EQ(run_shardplan({"plan", "--model", "tiny", "--gpus", "2", "-o", plan}).exit_code, 0);
+  const std::string odd = (folder / "caf\xff.json").string();
+  fs::copy_file(plan, odd);
+  const CommandResult r = run_shardplan({"pack", "--input", odd, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(stdout_json(r)["buffers"].is_number(), true);
+  EXPECT_THAT(r.out, HasSubstr("caf\xEF\xBF\xBD.json"));
+  fs::remove_all(folder);
+}
+
+// One word that is neither a command line nor a file says both.
+TEST(CarelessInput, FromMegatronWithOneWordThatIsNoFile) {
+  expect_one_error_line(
+      run_shardplan({"plan", "--from-megatron", std::string(300, 'x')}),
+      "--from-megatron: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…' (300 "
+      "bytes) "
+      "is neither a command line (it has no --flag) nor a file that can be read (cannot open "
+      "file: File name too long)");
+}
+
 // Every rank reads the same bad input: rank 0 alone says so.
 TEST(CarelessMpi, AnInputErrorIsPrintedOnceUnderMpirun) {
   const CommandResult r = run_program(

@@ -134,11 +134,17 @@ TEST(CleanErrors, InputsThatOnceCrashed) {
   std::string deep;
   for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
   deep += "1" + std::string(100000, '}');
-  expect_input_error([&] { read_megatron_bridge(write_file("deep.json", deep)); },
-                     "a.a.a.a.a.a.a.a", "nested deeper");
+  // Nesting that deep is refused as the JSON is parsed (parse_json_text), before any copy.
+  expect_input_error([&] { read_megatron_bridge(write_file("deep.json", deep)); }, "",
+                     "nested more than 1000 levels deep");
   const std::string deep_list =
       "{\"model\": {\"num_layers\": " + std::string(100000, '[') + std::string(100000, ']') + "}}";
-  expect_input_error([&] { read_megatron_bridge(write_file("deep_list.json", deep_list)); },
+  expect_input_error([&] { read_megatron_bridge(write_file("deep_list.json", deep_list)); }, "",
+                     "nested more than 1000 levels deep");
+  // Within it, a Bridge field holding lists of lists is refused by name.
+  const std::string nested_list =
+      "{\"model\": {\"num_layers\": " + std::string(10, '[') + std::string(10, ']') + "}}";
+  expect_input_error([&] { read_megatron_bridge(write_file("nested_list.json", nested_list)); },
                      "model.num_layers", "expected a value or a list of values");
   expect_input_error(
       [] { read_megatron_bridge(write_file("plus.py", "cfg.model.num_layers += 2\n")); }, "line 1",

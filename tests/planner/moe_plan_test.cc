@@ -436,3 +436,22 @@ TEST(MoePlan, ExpertFieldsRoundTripThroughJson) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// At a few tokens an expert's share of them is under one row: its matmul runs a whole row,
+// a little more than its share of the forward FLOPs, and the plan still validates (the
+// campaign found tiny-moe at seq_len 2 and 8 refused as "an invalid plan").
+TEST(MoePlan, FewTokensRoundAnExpertsMatmulUpToARowAndStillValidate) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 2);
+  for (const int64_t seq_len : {2, 8}) {
+    const Plan plan =
+        build_plan(model, cluster, resolved(model, cluster, {{"ep", 2}, {"seq_len", seq_len}}));
+    EXPECT_FALSE(validate_plan(plan).has_value()) << "seq_len " << seq_len;
+  }
+}
+
+}  // namespace
+}  // namespace shardplan

@@ -65,6 +65,11 @@ class ClearErrors(unittest.TestCase):
                         subjects=("--from-megatron", "\udcff")))
         self.assertEqual(v.cls, "clear-error", v.reason)
 
+    def test_a_long_name_shortened_by_its_ends_is_named(self):
+        v = run(Outcome(1, stderr=err("shardplan: error: nnnnn…(300 bytes in all)…nnnnn: cannot "
+                                      "write the file (rename over it): File name too long\n")))
+        self.assertEqual(v.cls, "clear-error", v.reason)
+
     def test_a_run_as_long_as_asked_is_no_hang(self):
         v = run(Outcome(-9, timed_out=True, long_by_request="--steps 100000 asks for a long run"))
         self.assertEqual(v.cls, "sane")
