@@ -128,18 +128,24 @@ class BestFitAssigner final : public OffsetAssigner {
     // The orders are independent: on large inputs they share a worker per core (a plan's
     // few hundred buffers cost less than starting one). The lowest wins, the first on
     // ties, so the result does not depend on scheduling. An order still running at the
-    // time limit is dropped (with eight orders, at 40 % of it: the rounds below and the
-    // caller's local search need the rest); with a node limit the clock must not decide:
-    // no deadline. The allocator's own time-order placement, O(n log n), stands in when
-    // none finishes.
+    // time limit is dropped; with eight orders none starts after 40 % of it (the rounds
+    // below and the caller's local search need the rest), and those still running then
+    // are dropped once any has finished. With a node limit the clock must not decide: no
+    // deadline. The allocator's own time-order placement, O(n log n), stands in when none
+    // finishes.
     const pool::Clock::time_point deadline = pool::deadline_of(options, start);
     const pool::Clock::time_point orders_deadline =
         by_clock && orders.size() > 3 ? start + (deadline - start) * 2 / 5 : deadline;
     std::vector<std::optional<PoolAssignment>> placed(orders.size());
     std::atomic<std::size_t> next_order{0};
+    std::atomic<bool> finished_one{false};
     const auto work = [&] {
-      for (std::size_t k; (k = next_order++) < orders.size();)
-        placed[k] = pool::place_in_order(requests, orders[k], options.alignment, orders_deadline);
+      for (std::size_t k;
+           pool::Clock::now() < orders_deadline && (k = next_order++) < orders.size();) {
+        placed[k] = pool::place_in_order(requests, orders[k], options.alignment, deadline,
+                                         &finished_one, orders_deadline);
+        if (placed[k]) finished_one = true;
+      }
     };
     const std::size_t workers =
         requests.size() >= kThreadedRequests

@@ -207,8 +207,9 @@ int64_t fit_offset(const std::vector<std::pair<int64_t, int64_t>>& taken, int64_
 
 std::optional<PoolAssignment> place_in_order(const std::vector<PoolRequest>& requests,
                                              const std::vector<std::size_t>& order,
-                                             int64_t default_alignment,
-                                             Clock::time_point deadline) {
+                                             int64_t default_alignment, Clock::time_point deadline,
+                                             const std::atomic<bool>* finished_elsewhere,
+                                             Clock::time_point soft_deadline) {
   PoolAssignment out;
   out.offsets.assign(requests.size(), 0);
   TakenOffsets index(requests);
@@ -217,7 +218,12 @@ std::optional<PoolAssignment> place_in_order(const std::vector<PoolRequest>& req
   for (std::size_t i : order) {
     // A placement costs up to milliseconds on inputs where thousands of buffers are live
     // at once; the clock, read every 64, costs nothing by comparison.
-    if (++done % 64 == 0 && Clock::now() > deadline) return std::nullopt;
+    if (++done % 64 == 0) {
+      const Clock::time_point now = Clock::now();
+      if (now > deadline) return std::nullopt;
+      if (now > soft_deadline && finished_elsewhere != nullptr && finished_elsewhere->load())
+        return std::nullopt;
+    }
     const PoolRequest& r = requests[i];
     const int64_t alignment = alignment_of(r, default_alignment);
     taken.clear();

@@ -2,6 +2,7 @@
 
 // Building blocks the offset assigners share (best_fit, slots, repair, exact, auto):
 // internal to the pool library, not part of its public interface (pool.h).
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -126,10 +127,13 @@ int64_t fit_offset(const std::vector<std::pair<int64_t, int64_t>>& taken, int64_
                    int64_t alignment, int64_t limit, bool lowest);
 
 // Places requests in `order`, each into the smallest gap that holds it among the placed
-// buffers it overlaps in time, else on top of them. Nothing when `deadline` passes first.
-std::optional<PoolAssignment> place_in_order(const std::vector<PoolRequest>& requests,
-                                             const std::vector<std::size_t>& order,
-                                             int64_t default_alignment, Clock::time_point deadline);
+// buffers it overlaps in time, else on top of them. Nothing when `deadline` passes first,
+// or `soft_deadline` once `finished_elsewhere` (when given) is set.
+std::optional<PoolAssignment> place_in_order(
+    const std::vector<PoolRequest>& requests, const std::vector<std::size_t>& order,
+    int64_t default_alignment, Clock::time_point deadline,
+    const std::atomic<bool>* finished_elsewhere = nullptr,
+    Clock::time_point soft_deadline = Clock::time_point::max());
 
 // What an allocator that sees the buffers come and go in time order would do: at each
 // allocation the smallest free block that holds the buffer (best fit, the caching
