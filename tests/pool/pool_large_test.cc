@@ -252,6 +252,26 @@ TEST(AutoPack, NeverAboveBestFit) {
   EXPECT_LE(result.size_bytes, greedy.size_bytes);
 }
 
+TEST(AutoPack, MoreOrdersPastTwoThousandBuffers) {
+#ifdef SHARDPLAN_SANITIZED
+  GTEST_SKIP() << "quality within a time limit: the sanitizers slow best fit several-fold";
+#endif
+  // A compiled MoE step in a pipeline stage: the three classic orders end 0.35 % over the
+  // bound; taking each lifetime octave by start (one of the eight auto's best fit tries
+  // past 2 000 buffers) ends 0.016 % over. The limit is a safety net: the eight orders take
+  // a fraction of a second here.
+  const auto requests =
+      synthetic_training_trace({.buffers = 3000, .seed = 2, .experts = 8, .pipelined = true});
+  ASSERT_GT(requests.size(), 2000u);
+  const int64_t bound = live_bytes_lower_bound(requests);
+  const PackOptions options{.alignment = 1, .time_limit_seconds = 60};
+  const PoolAssignment three = make_best_fit_assigner()->assign(requests, options);
+  const PoolAssignment eight = make_best_fit_assigner(/*refine=*/true)->assign(requests, options);
+  expect_valid(requests, eight);
+  EXPECT_GT(static_cast<double>(three.size_bytes), 1.003 * static_cast<double>(bound));
+  EXPECT_LT(static_cast<double>(eight.size_bytes), 1.001 * static_cast<double>(bound));
+}
+
 TEST(PackTimeLimit, EveryAlgorithmReturnsAValidPlacementWhenTimeRunsOut) {
   // 30 000 buffers with thousands live at once: best fit needs seconds, so a millisecond
   // limit stops every phase early; what comes back must still be a valid placement.
