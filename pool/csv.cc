@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
 #include "models/error.h"
@@ -140,7 +138,8 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
       int64_t value = 0;
       const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
       if (error != std::errc() || end != field.data() + field.size() || field.empty()) {
-        throw InputError(label, where(name), fmt::format("expected an integer, got '{}'", field));
+        throw InputError(label, where(name),
+                         fmt::format("expected an integer, got {}", quote_input(field)));
       }
       return value;
     };
@@ -172,7 +171,7 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
     total_bytes += r.bytes;
     const std::string& id = fields[static_cast<std::size_t>(id_col)];
     if (!ids.insert(id).second)
-      throw InputError(label, where("id"), fmt::format("duplicate id '{}'", id));
+      throw InputError(label, where("id"), fmt::format("duplicate id {}", quote_input(id)));
     if (offset_col >= 0) fields.erase(fields.begin() + offset_col);
     if (table.requests.size() >= (std::size_t{1} << 31))
       throw InputError(label, where(""), "more than 2^31 buffers");
@@ -185,11 +184,8 @@ PoolTable parse_pool_csv(std::string_view text, const std::string& label) {
 }
 
 PoolTable read_pool_csv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_pool_csv(text.str(), path);
+  // The input-file limit: /dev/zero or a 2 GiB table ended in "out of memory".
+  return parse_pool_csv(read_text_file(path), path);
 }
 
 std::string format_pool_csv(const PoolTable& table, const std::vector<int64_t>& offsets) {

@@ -89,6 +89,8 @@ TEST(CarelessInput, ADirectoryOrAnEndlessDeviceIsRefused) {
                         "/dev/zero: the input is larger than the");
   expect_one_error_line(run_shardplan({"describe", "--cluster", "/dev/zero"}),
                         "/dev/zero: the input is larger than the");
+  expect_one_error_line(run_shardplan({"pack", "--input", "/dev/zero"}),
+                        "/dev/zero: the input is larger than the");
   fs::remove_all(folder);
 }
 
