@@ -42,8 +42,8 @@ MeasuredMfu measured_mfu(const Plan& plan, const Timeline& t, const std::string&
   const std::vector<std::string> names = cluster_zoo_names();
   if (std::find(names.begin(), names.end(), plan.cluster) == names.end()) {
     return {std::nullopt,
-            fmt::format("the plan's cluster '{}' is not built in, so its GPU's peak is unknown",
-                        plan.cluster)};
+            fmt::format("the plan's cluster {} is not built in, so its GPU's peak is unknown",
+                        quote_input(plan.cluster))};
   }
   const ClusterSpec cluster = load_cluster(plan.cluster, std::nullopt, plan.num_gpus);
   return {model_flops_utilization(plan, t.summary.step_seconds, cluster),
@@ -57,7 +57,8 @@ struct ExecuteInputs {
 };
 ExecuteInputs read_inputs(const ExecuteParams& p) {
   if (p.backend != "cpu" && p.backend != "cuda")
-    throw InputError("", "--backend", fmt::format("expected cpu or cuda, got '{}'", p.backend));
+    throw InputError("", "--backend",
+                     fmt::format("expected cpu or cuda, got {}", quote_input(p.backend)));
   // A million steps of the smallest plan already take hours; more is a typo.
   constexpr int64_t kMaxSteps = 1'000'000;
   if (auto reason = out_of_range_reason(p.warmup, 0, kMaxSteps))
@@ -96,23 +97,38 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   };
-  // What every rank finds alike (a flag, the plan, whether it can be replayed here): rank
-  // 0 alone says it, and the others wait until it has (a rank that exits first makes
-  // mpirun end rank 0 before its message is out); then every rank returns 1 and MPI
-  // finalizes, with no MPI_Abort and its notices. Alone, the error goes to main() like
-  // any command's.
-  auto refused_alike = [&](const InputError& e) {
-    if (rank == 0) err << "shardplan: error: " << e.what() << "\n" << std::flush;
+  // What every rank reads and checks (a flag, the plan, whether it can be replayed here):
+  // the ranks agree whether any refused it before going on, so none waits in a collective
+  // for one that stopped (a plan missing on one node hung the job until the watchdog). The
+  // lowest refusing rank alone says why (with its rank when not 0), the others wait until
+  // it has (a rank that exits first makes mpirun end the one still printing); then every
+  // rank returns 1 and MPI finalizes, with no MPI_Abort and its notices. Alone, the error
+  // goes to main() like any command's.
+  auto agree = [&](const std::optional<InputError>& refused) {
+    if (ranks == 1) {
+      if (refused) throw *refused;
+      return false;
+    }
+    int candidate = refused ? rank : ranks;
+    int first = ranks;
+    MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == ranks) return false;
+    if (rank == first) {
+      err << "shardplan: error" << (rank == 0 ? std::string() : who) << ": " << refused->what()
+          << "\n"
+          << std::flush;
+    }
     MPI_Barrier(MPI_COMM_WORLD);
-    return 1;
+    return true;
   };
   std::optional<ExecuteInputs> inputs;
+  std::optional<InputError> refused;
   try {
     inputs = read_inputs(p);
   } catch (const InputError& e) {
-    if (ranks == 1) throw;
-    return refused_alike(e);
+    refused = e;
   }
+  if (agree(refused)) return 1;
   const Plan& plan = inputs->plan;
   const ReplayOptions& options = inputs->options;
   std::unique_ptr<ExecutorBackend> backend;
@@ -127,9 +143,9 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   try {
     check_replayable(plan, *backend);
   } catch (const InputError& e) {
-    if (ranks == 1) throw;
-    return refused_alike(e);
+    refused = e;
   }
+  if (agree(refused)) return 1;
   Timeline t;
   try {
     t = replay(plan, *backend, options);
@@ -194,7 +210,9 @@ Command add_execute_command(CLI::App& app) {
   ExecuteParams& p = *params;
   auto* execute = app.add_subcommand(
       "execute", "replay a plan on CPUs with MPI (mpirun -np GPUS), checking it on real data");
-  execute->add_option("--plan", p.plan, "plan.json")->required()->check(CLI::ExistingFile);
+  // No CLI11 file check: a plan one rank cannot read is found by the ranks together (the
+  // parser's refusal would end that rank alone, before any rank could say why).
+  execute->add_option("--plan", p.plan, "plan.json")->required();
   execute->add_option("--backend", p.backend, "cpu | cuda")->capture_default_str();
   execute->add_option("--warmup", p.warmup, "untimed steps first")->capture_default_str();
   execute->add_option("--steps", p.steps, "timed steps")->capture_default_str();

@@ -300,8 +300,14 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (auto reason = out_of_range_reason(p.threads, 0, kMaxThreads))
     throw InputError("", "--jobs", *reason);
   if (p.top <= 0) throw InputError("", "--top", "must be positive");
-  const std::vector<FsdpConfig> configs =
-      enumerate_configs(space, job.config, job.cluster.num_gpus);
+  std::vector<FsdpConfig> configs;
+  try {
+    configs = enumerate_configs(space, job.config, job.cluster.num_gpus);
+  } catch (const InputError& error) {
+    // Tokens that are not whole sequences: named as the user gave them.
+    if (error.field() != "global_batch_tokens") throw;
+    throw InputError(global_batch_source(p, job), "", error.reason());
+  }
   const Evaluator evaluate = [&](const FsdpConfig& c, const ClusterSpec& cluster) {
     return predict_step(job.model, cluster, c);
   };

@@ -10,6 +10,7 @@
 #include "interop/internal/stack_text.h"
 #include "models/error.h"
 #include "models/json_reader.h"
+#include "models/suggest.h"
 
 namespace shardplan {
 namespace {
@@ -186,7 +187,7 @@ void WordReader::unknown(const std::string& word) {
     if (flag_names_.empty()) {
       for (const auto& [name, flag] : megatron_flags()) flag_names_.push_back(name);
     }
-    return nearest_name(word, flag_names_);
+    return closest_name(word, flag_names_);
   });
 }
 

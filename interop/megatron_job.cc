@@ -16,6 +16,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/suggest.h"
 
 namespace shardplan {
 namespace {
@@ -359,7 +360,7 @@ class MisspeltBridgeFields {
     // checked (each check is an edit distance against every field read).
     constexpr int kMaxChecked = 1000;
     if (is_megatron_dest(dest) || ++checked_ > kMaxChecked) return std::nullopt;
-    return nearest_name(path, fields_);
+    return closest_name(path, fields_);
   }
 
  private:

@@ -81,8 +81,9 @@ std::string ansi_c_text(std::string_view body) {
 
 class Arithmetic {
  public:
-  Arithmetic(std::string_view text, ShellVariables& variables, int depth)
-      : text_(text), variables_(variables), depth_(depth) {}
+  // `lookups` counts the variables read by this expression and those it reads (shared).
+  Arithmetic(std::string_view text, ShellVariables& variables, int depth, int64_t& lookups)
+      : text_(text), variables_(variables), depth_(depth), lookups_(lookups) {}
 
   std::optional<int64_t> run() {
     if (depth_ > 16) return std::nullopt;  // a variable naming itself, or a long chain
@@ -174,10 +175,15 @@ class Arithmetic {
     if (!is_name_start(c)) return std::nullopt;
     const std::size_t start = pos_;
     while (pos_ < text_.size() && is_name_char(text_[pos_])) ++pos_;
+    // Each name is read and evaluated again where it is used: A1="A0+A0+...", A2="A1+A1+..."
+    // doubles the work at every level (8^12 evaluations took minutes). Past the budget the
+    // expression is left as written, as one the reader cannot evaluate.
+    constexpr int64_t kMaxLookups = 100'000;
+    if (++lookups_ > kMaxLookups) return std::nullopt;
     ShellVariable* variable = variables_.find(text_.substr(start, pos_ - start));
     if (variable == nullptr || variable->values.empty()) return std::nullopt;
     variable->referenced = true;
-    return Arithmetic(variable->values.front(), variables_, depth_ + 1).run();
+    return Arithmetic(variable->values.front(), variables_, depth_ + 1, lookups_).run();
   }
   std::optional<int64_t> number() {
     int base = 10;
@@ -208,6 +214,7 @@ class Arithmetic {
   std::string_view text_;
   ShellVariables& variables_;
   int depth_;
+  int64_t& lookups_;
   int nesting_ = 0;
   std::size_t pos_ = 0;
 };
@@ -273,7 +280,8 @@ void ShellBudget::spend(int64_t bytes, int line) {
 }
 
 std::optional<int64_t> shell_arithmetic(std::string_view expression, ShellVariables& variables) {
-  return Arithmetic(expression, variables, 0).run();
+  int64_t lookups = 0;
+  return Arithmetic(expression, variables, 0, lookups).run();
 }
 
 // The words one expansion builds (bash(1), "Word Splitting"): literal and quoted text

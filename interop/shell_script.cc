@@ -708,15 +708,24 @@ void Interpreter::assign(const Assignment& a) {
     return;
   }
   const std::size_t index = std::stoul(a.index);
-  std::vector<std::string> values =
-      variable != nullptr ? variable->values : std::vector<std::string>{};
+  // Set in place: copying the array for each A[i]=v made a script of such lines cost its
+  // lines × the array's size.
+  if (variable == nullptr) {
+    script_.variables.assign(a.name, {}, /*array=*/true, /*append=*/false);
+    variable = script_.variables.find(a.name);
+  }
+  variable->array = true;
+  std::vector<std::string>& values = variable->values;
   if (values.size() <= index) {
     budget_.spend(static_cast<int64_t>(index + 1 - values.size()) * ShellBudget::kWordOverheadBytes,
                   a.line);
     values.resize(index + 1);
   }
-  values[index] = a.append ? values[index] + value.fields.front() : value.fields.front();
-  script_.variables.assign(a.name, std::move(values), true, false);
+  if (a.append) {
+    values[index] += value.fields.front();
+  } else {
+    values[index] = value.fields.front();
+  }
 }
 
 Status Interpreter::run_command(const std::vector<std::string>& words,

@@ -50,14 +50,6 @@ std::string shown_input(std::string_view text) {
   return quote_input(text, kShown);
 }
 
-std::optional<std::string> nearest_name(std::string_view name,
-                                        std::span<const std::string> candidates) {
-  // No flag, field or key is this long; a typo of one is not either.
-  constexpr std::size_t kLongestName = 100;
-  if (name.size() > kLongestName) return std::nullopt;
-  return closest_name(name, candidates);
-}
-
 void UnknownNames::append_to(std::vector<std::string>& out) const {
   out.insert(out.end(), entries_.begin(), entries_.end());
   if (count_ > entries_.size())

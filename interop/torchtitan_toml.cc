@@ -13,6 +13,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/suggest.h"
 
 namespace shardplan {
 namespace {
@@ -193,7 +194,7 @@ void check_schema(const TomlReader& t, StackJob& job) {
       const std::string key(key_name.str());
       if (std::find(known->keys.begin(), known->keys.end(), key) == known->keys.end()) {
         unknown.add(fmt::format("[{}] {}", section, key),
-                    [&] { return nearest_name(key, known->keys); });
+                    [&] { return closest_name(key, known->keys); });
       } else if (!t.used(section, key)) {
         job.ignored.push_back(fmt::format("[{}] {}", section, key));
       }

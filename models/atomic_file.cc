@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <string_view>
 
@@ -71,12 +73,25 @@ void write_all(int fd, std::string_view text, const std::string& path) {
 
 // Follows a chain of symbolic links to the path it ends at (which may not exist yet: a
 // link may name a file still to be written), as open() would, at most 40 links deep
-// (Linux's MAXSYMLINKS).
-// `through_proc` tells whether a hop passed through /proc (/dev/stdout → /proc/self/fd/1).
-fs::path resolve_links(const std::string& path, bool* through_proc = nullptr) {
+// (Linux's MAXSYMLINKS). `through_proc` tells whether a hop passed through /proc
+// (/dev/stdout → /proc/self/fd/1); `descriptor`, which of this process's own open files a
+// hop named (/proc/self/fd/N, /dev/fd/N).
+fs::path resolve_links(const std::string& path, bool* through_proc = nullptr,
+                       std::optional<int>* descriptor = nullptr) {
   fs::path current(path);
+  const std::string own_fd = "/proc/" + std::to_string(::getpid()) + "/fd/";
   for (int hops = 0; hops < 40; ++hops) {
-    if (through_proc != nullptr && current.string().starts_with("/proc/")) *through_proc = true;
+    const std::string hop = current.string();
+    if (through_proc != nullptr && hop.starts_with("/proc/")) *through_proc = true;
+    for (const std::string& folder :
+         {std::string("/proc/self/fd/"), std::string("/dev/fd/"), own_fd}) {
+      int fd = -1;
+      const char* digits = hop.c_str() + folder.size();
+      if (descriptor != nullptr && hop.starts_with(folder) &&
+          std::from_chars(digits, hop.c_str() + hop.size(), fd).ptr == hop.c_str() + hop.size()) {
+        *descriptor = fd;
+      }
+    }
     struct stat info {};
     if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
     std::error_code error;
@@ -133,7 +148,9 @@ void replace_regular_file(const std::string& path, const fs::path& target,
         (directory / (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
                       std::string(kTemporarySuffix)))
             .string();
-    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    // 0666 less the umask, as a plain open gives: the kernel applies the umask (reading
+    // it with umask() would race with other threads).
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       temporary.own(name, fd);
     } else if (errno != EEXIST || attempt > 100) {
@@ -141,16 +158,9 @@ void replace_regular_file(const std::string& path, const fs::path& target,
     }
   }
   write_all(temporary.fd(), text, path);
-  mode_t mode = 0;
-  if (existing_mode) {
-    mode = *existing_mode & 07777;
-  } else {
-    // A plain open would give 0666 less the umask.
-    mode = ::umask(0);
-    ::umask(mode);
-    mode = 0666 & ~mode;
+  if (existing_mode && ::fchmod(temporary.fd(), *existing_mode & 07777) != 0) {
+    fail(path, "file mode", errno);
   }
-  if (::fchmod(temporary.fd(), mode) != 0) fail(path, "file mode", errno);
   // On disk before the rename, so a crash of the machine cannot leave an empty target.
   if (::fsync(temporary.fd()) != 0) fail(path, "fsync", errno);
   if (temporary.close() != 0) fail(path, "close", errno);
@@ -158,11 +168,10 @@ void replace_regular_file(const std::string& path, const fs::path& target,
   temporary.release();
 }
 
-// A device or FIFO is written into as `>` would: replacing it would destroy it.
+// A device or FIFO is written into as `>` would: replacing it would destroy it. A regular
+// file reached through another process's /proc/<pid>/fd is appended to, never emptied.
 void write_into(const std::string& path, const std::string& text) {
-  // O_TRUNC empties a regular file reached through /proc/self/fd; devices and pipes
-  // ignore it.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) fail(path, "open", errno);
   TemporaryFile closer;  // closes the descriptor; there is no file to remove
   closer.own("", fd);
@@ -182,11 +191,21 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     replace_regular_file(path, resolve_links(path), std::nullopt, text);
     return;
   }
+  bool through_proc = false;
+  std::optional<int> descriptor;
+  const fs::path target = resolve_links(path, &through_proc, &descriptor);
+  // /dev/stdout and /proc/self/fd/N name a file this process has open, not a path to
+  // replace: the text goes through that descriptor at its offset, after what the process
+  // already printed there (`-o /dev/stdout >> log` appends; `> out.json` gets the text in
+  // order with the rest of the output).
+  if (descriptor) {
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    write_all(*descriptor, text, path);
+    return;
+  }
   if (S_ISREG(info.st_mode)) {
-    bool through_proc = false;
-    const fs::path target = resolve_links(path, &through_proc);
-    // /dev/stdout and /proc/self/fd/N name an open file, not a path to replace: a shell's
-    // `> out.json` keeps writing to the file it opened.
     if (through_proc) {
       write_into(path, text);
     } else {

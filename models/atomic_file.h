@@ -14,8 +14,9 @@ namespace shardplan {
 //   the target as it was; its temporary file is removed by the next write to that path;
 // - a symbolic link is followed to the file it names, which is replaced as above (the
 //   link stays a link);
-// - a character device or FIFO (/dev/null, /dev/stdout, a named pipe) is written into,
-//   never replaced;
+// - a character device or FIFO (/dev/null, a named pipe) is written into, never replaced;
+// - a file this process has open (/dev/stdout, /proc/self/fd/N) is written through that
+//   descriptor, at its offset, after what was printed there before (so `>> log` appends);
 // - a directory, block device or socket is refused.
 // Throws InputError naming the path.
 void write_file_atomically(const std::string& path, const std::string& text);

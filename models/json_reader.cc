@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "models/error.h"
+#include "models/json_containers.h"
 #include "models/suggest.h"
 
 namespace shardplan {
@@ -52,15 +53,8 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   return {line, column};
 }
 
-// JSON nesting: a model's modules nest at most 256 levels (two JSON levels each); a value
-// nested far deeper would overflow the stack wherever it is copied or compared (nlohmann
-// recurses there).
-constexpr std::size_t kMaxJsonDepth = 1000;
-
-// Builds the document as nlohmann's own DOM parser does, and refuses a key that an object
-// already has (nlohmann keeps the last silently, so "bytes" given twice would be read as
-// whichever came second without a word; RFC 8259 leaves duplicates to the reader) and
-// nesting past kMaxJsonDepth.
+// Builds the document as nlohmann's own DOM parser does, and refuses a key an object
+// already has and nesting past kMaxJsonDepth (JsonContainers).
 class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
  public:
   DuplicateKeyCheck(nlohmann::json& result, const std::string& label)
@@ -80,44 +74,28 @@ class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
   bool string(string_t& value) override { return element() && dom_.string(value); }
   bool binary(binary_t& value) override { return element() && dom_.binary(value); }
   bool start_object(std::size_t size) override {
-    element();
     open(/*object=*/true);
     return dom_.start_object(size);
   }
   bool key(string_t& name) override {
-    Frame& frame = frames_[depth_ - 1];
-    const bool seen = frame.key_set.empty() ? std::find(frame.keys.begin(), frame.keys.end(),
-                                                        name) != frame.keys.end()
-                                            : frame.key_set.count(name) != 0;
-    if (seen) {
+    if (!containers_.add_key(name)) {
+      const std::string path = containers_.path();
       throw InputError(
-          label_, path(),
+          label_, path.empty() ? "/" : path,
           "the key " + quote_input(name) + " appears twice in this object; give each key once");
     }
-    // A linear scan while the object is small (most are), a hash set once it is not.
-    constexpr std::size_t kScanLimit = 32;
-    if (!frame.key_set.empty()) {
-      frame.key_set.insert(name);
-    } else if (frame.keys.size() < kScanLimit) {
-      frame.keys.push_back(name);
-    } else {
-      frame.key_set.insert(frame.keys.begin(), frame.keys.end());
-      frame.key_set.insert(name);
-    }
-    frame.current_key = name;
     return dom_.key(name);
   }
   bool end_object() override {
-    --depth_;
+    containers_.close();
     return dom_.end_object();
   }
   bool start_array(std::size_t size) override {
-    element();
     open(/*object=*/false);
     return dom_.start_array(size);
   }
   bool end_array() override {
-    --depth_;
+    containers_.close();
     return dom_.end_array();
   }
   bool parse_error(std::size_t position, const std::string& last_token,
@@ -131,48 +109,22 @@ class DuplicateKeyCheck final : public nlohmann::json_sax<nlohmann::json> {
   }
 
  private:
-  struct Frame {
-    bool object = false;
-    int64_t index = -1;  // of the current element, in an array
-    std::string current_key;
-    std::vector<std::string> keys;
-    std::unordered_set<std::string> key_set;
-  };
-
-  // Counts a value (or the start of a container) as the next element of an open array.
   bool element() {
-    if (depth_ > 0 && !frames_[depth_ - 1].object) ++frames_[depth_ - 1].index;
+    containers_.value();
     return true;
   }
-  // Frames are reused, not popped, so a long array of small objects allocates once.
   void open(bool object) {
-    if (depth_ >= kMaxJsonDepth) {
+    if (!containers_.open(object)) {
       throw InputError(label_, "",
                        fmt::format("values nested more than {} levels deep; no shardplan input "
                                    "nests that deep (copying such a value would recurse as deep)",
                                    kMaxJsonDepth));
     }
-    if (depth_ == frames_.size()) frames_.emplace_back();
-    Frame& frame = frames_[depth_++];
-    frame.object = object;
-    frame.index = -1;
-    frame.keys.clear();
-    frame.key_set.clear();
-  }
-  // The JSON pointer of the object being read ("/ops/3").
-  std::string path() const {
-    std::string pointer;
-    for (std::size_t i = 0; i + 1 < depth_; ++i) {
-      const Frame& frame = frames_[i];
-      pointer += "/" + (frame.object ? frame.current_key : std::to_string(frame.index));
-    }
-    return pointer.empty() ? "/" : pointer;
   }
 
   nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
   const std::string& label_;
-  std::vector<Frame> frames_;
-  std::size_t depth_ = 0;
+  JsonContainers containers_;
 };
 
 }  // namespace
@@ -227,7 +179,9 @@ std::string read_text_file(const std::string& path, int64_t max_bytes) {
   // open() and fstat() rather than ifstream: a directory opens as an empty stream, and a
   // device or FIFO has no size to check before reading it.
   if (path.empty()) throw InputError("''", "", "an empty path names no file; give one");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO no process writes to would wait forever; once open, reads
+  // block again (a FIFO with no writer then reads as empty).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
     throw InputError(path, "", std::string("cannot open file: ") + std::strerror(error));
@@ -241,6 +195,7 @@ std::string read_text_file(const std::string& path, int64_t max_bytes) {
     throw InputError(path, "", std::string("cannot read file: ") + std::strerror(errno));
   }
   if (S_ISDIR(info.st_mode)) throw InputError(path, "", "is a directory, not a file");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const auto too_large = [&](const std::string& size) {
     return InputError(path, "",
                       fmt::format("{} is larger than the {} MiB an input file may have "

@@ -28,6 +28,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::optional<std::string> closest_name(std::string_view name,
                                         std::span<const std::string> candidates) {
+  // No flag, field, key or name is this long, and no typo of one is either; the edit
+  // distance costs name × candidate, so a key of megabytes took seconds per candidate.
+  constexpr std::size_t kLongestName = 100;
+  if (name.size() > kLongestName) return std::nullopt;
   std::optional<std::string> best;
   std::size_t best_distance = 0;
   for (const std::string& candidate : candidates) {

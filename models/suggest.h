@@ -11,7 +11,8 @@ namespace shardplan {
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
 // The candidate nearest to `name`, if one is close enough to be a plausible typo
-// (distance at most a third of the longer name, and at least 1 allowed).
+// (distance at most a third of the longer name, and at least 1 allowed); none for a name
+// over 100 bytes, which no name is and no typo of one either.
 std::optional<std::string> closest_name(std::string_view name,
                                         std::span<const std::string> candidates);
 

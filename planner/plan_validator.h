@@ -67,7 +67,8 @@ inline constexpr double kMaxOpFlops = 1e27;
 //    dependencies point backwards;
 //  - work: a forward, recompute or backward op names a segment of its unit and has that
 //    segment's FLOPs and activation traffic, the segment's matmuls are part of its
-//    forward FLOPs, a collective moves no more than the largest buffer it touches, an
+//    forward FLOPs (each may run one whole row past its share), a collective moves no more
+//    than the buffers it touches hold, counted in fp32, an
 //    offload reads and a reload writes a buffer, and the model FLOPs (MFU's numerator)
 //    are at most 6 × those the forward ops run (3 × the forward, with causal attention
 //    counted whole);

@@ -16,6 +16,7 @@
 #include <streambuf>
 
 #include "models/error.h"
+#include "models/json_containers.h"
 #include "models/limits.h"
 
 namespace shardplan {
@@ -349,73 +350,6 @@ struct EventInProgress {
   }
 };
 
-// The objects and arrays open at a point of the document, to refuse a key an object
-// gives twice (nlohmann keeps the last silently; every shardplan reader refuses it, and
-// a profiler never writes one) and to name where, as a JSON pointer ("/traceEvents/12").
-class OpenContainers {
- public:
-  // A value (or a container) starts: in an array, the next element.
-  void value() {
-    if (depth_ > 0 && !frames_[depth_ - 1].object) ++frames_[depth_ - 1].index;
-  }
-  void open(bool object) {
-    value();
-    if (depth_ == frames_.size()) frames_.emplace_back();
-    Frame& f = frames_[depth_++];
-    f.object = object;
-    f.index = -1;
-    f.keys_used = 0;
-    f.key_set.clear();
-    f.beyond_scan = false;
-  }
-  void close() { --depth_; }
-  // False when the innermost object already has `key`.
-  bool add_key(const std::string& key) {
-    Frame& f = frames_[depth_ - 1];
-    // A scan while the object is small (events have about ten keys), a set past that.
-    constexpr std::size_t kScanLimit = 32;
-    if (f.keys_used < kScanLimit) {
-      for (std::size_t i = 0; i < f.keys_used; ++i)
-        if (f.keys[i] == key) return false;
-      if (f.keys_used == f.keys.size()) f.keys.emplace_back();
-      f.keys[f.keys_used++].assign(key);
-      if (f.keys_used == kScanLimit) f.key_set.insert(f.keys.begin(), f.keys.end());
-    } else if (!f.key_set.insert(key).second) {
-      return false;
-    } else {
-      f.last_key = key;
-      f.beyond_scan = true;
-    }
-    return true;
-  }
-  // The JSON pointer of the innermost container.
-  std::string path() const {
-    std::string pointer;
-    for (std::size_t i = 0; i + 1 < depth_; ++i) {
-      const Frame& f = frames_[i];
-      pointer += "/" + (!f.object       ? std::to_string(f.index)
-                        : f.beyond_scan ? f.last_key
-                                        : f.keys[f.keys_used - 1]);
-    }
-    return pointer;
-  }
-
- private:
-  struct Frame {
-    bool object = false;
-    int64_t index = -1;  // of the current element, in an array
-    // Keys given so far, the last one current; strings kept for reuse.
-    std::vector<std::string> keys;
-    std::size_t keys_used = 0;
-    std::unordered_set<std::string> key_set;  // all the keys, past the scan limit
-    bool beyond_scan = false;                 // the current key is last_key, not in keys
-    std::string last_key;
-  };
-  // Frames are reused, not popped, so the events of a long array allocate once.
-  std::vector<Frame> frames_;
-  std::size_t depth_ = 0;
-};
-
 // What went wrong while parsing, for the message read_kineto_trace builds.
 struct ParseFailure {
   std::string field;            // a JSON pointer, for a handler's own reason
@@ -511,12 +445,20 @@ class TraceSax : public nlohmann::json_sax<json> {
   }
 
   bool start_object(std::size_t) override {
-    open_.open(/*object=*/true);
+    if (!open_.open(/*object=*/true)) return too_deep();
     return start(/*object=*/true);
   }
   bool start_array(std::size_t) override {
-    open_.open(/*object=*/false);
+    if (!open_.open(/*object=*/false)) return too_deep();
     return start(/*object=*/false);
+  }
+  // Each open level costs a frame: a trace nested millions deep would fill the memory.
+  bool too_deep() {
+    failure_.field = open_.path();
+    return fail(
+        fmt::format("values nested more than {} levels deep; a profiler trace nests a "
+                    "few",
+                    kMaxJsonDepth));
   }
   bool end_object() override {
     open_.close();
@@ -942,7 +884,7 @@ class TraceSax : public nlohmann::json_sax<json> {
   KinetoTrace& trace_;
   const KeepEvent& keep_;
   ParseFailure failure_;
-  OpenContainers open_;
+  JsonContainers open_;
   int depth_ = 0;         // containers open, skipped ones and metadata values aside
   int events_depth_ = 0;  // the events array's depth while it is open
   int event_depth_ = 0;   // the open event's depth

@@ -27,11 +27,6 @@ std::string stack_text(std::string text, const std::string& label);
 // the terminal.
 std::string shown_input(std::string_view text);
 
-// The known name nearest to `name` when it is close enough to be a typo (closest_name);
-// none for a name too long to be a misspelt one.
-std::optional<std::string> nearest_name(std::string_view name,
-                                        std::span<const std::string> candidates);
-
 // The inputs' names a stack does not know, as the notes list them: each of the first
 // kSuggested with its nearest known name (an edit distance over up to ~900 names each, so
 // only those few pay for it), at most kListed in all, then a count of the rest.

@@ -59,6 +59,26 @@ TEST(CarelessOutput, PlanIntoStdoutIsThePlan) {
   EXPECT_EQ(nlohmann::json::parse(r.err).at("num_gpus"), 2);
 }
 
+// -o /dev/stdout writes through the descriptor the shell opened: `>>` appends, and `>`
+// gets the JSON in order with the text printed after it (it was reopened with O_TRUNC,
+// which emptied a log and let the table overwrite the JSON).
+TEST(CarelessOutput, StdoutRedirectedToAFileKeepsWhatItHeldAndTheOrder) {
+  const fs::path folder = fresh_folder("stdout");
+  const std::string log = (folder / "log.txt").string();
+  { std::ofstream(log) << "earlier line\n"; }
+  const std::string command =
+      std::string(SHARDPLAN_BINARY) + " plan --model tiny --gpus 2 --json -o /dev/stdout >> " + log;
+  ASSERT_EQ(run_program("sh", {"-c", command}).exit_code, 0);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(text.starts_with("earlier line\n{")) << text.substr(0, 200);
+  // The plan, then the --json summary, each whole.
+  const std::size_t plan_end = text.find("\n}\n") + 3;
+  EXPECT_EQ(nlohmann::json::parse(text.substr(13, plan_end - 13)).at("num_gpus"), 2);
+  EXPECT_TRUE(nlohmann::json::parse(text.substr(plan_end)).contains("memory"));
+  fs::remove_all(folder);
+}
+
 TEST(CarelessOutput, ADirectoryIsRefused) {
   const fs::path folder = fresh_folder("dir_out");
   expect_one_error_line(
@@ -138,7 +158,8 @@ TEST(CarelessSweep, GlobalBatchErrorsNameTheFlag) {
   // 100 000 tokens are not whole 8192-token sequences: no longer rounded silently.
   expect_one_error_line(run_shardplan({"sweep", "--model", "llama3-8b", "--gpus", "8",
                                        "--global-batch-tokens", "100000"}),
-                        "100000 tokens is not a whole number of 8192-token sequences");
+                        "--global-batch-tokens: 100000 tokens is not a whole number of "
+                        "8192-token sequences");
 }
 
 // A config no one trains with predicts a step longer than a timeline may hold: printed,

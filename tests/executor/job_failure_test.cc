@@ -109,6 +109,27 @@ TEST(JobFailure, APoolNoRankCanAllocateIsAnErrorNamingIt) {
   EXPECT_THAT(t.result.err, HasSubstr("cannot allocate " + std::to_string(pool) + " bytes"));
 }
 
+// A plan one rank cannot read (missing on its node) is said by that rank, and the job ends
+// at once: the ranks agree before any waits for another (it hung until the watchdog, and
+// the parser's file check ended the rank without a word).
+TEST(JobFailure, APlanOneRankCannotReadIsSaidByThatRank) {
+  const std::string plan = tiny_plan("one_rank_plan.json");
+  const std::string launcher =
+      write_temp_file("rank1_missing.sh",
+                      "#!/bin/sh\n"
+                      "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+                      "  exec \"" SHARDPLAN_BINARY
+                      "\" execute --plan /nonexistent/plan.json\n"
+                      "fi\n"
+                      "exec \"" SHARDPLAN_BINARY "\" execute --plan \"$1\"\n");
+  ::chmod(launcher.c_str(), 0755);
+  const Timed t = mpirun_bounded(launcher, {plan});
+  EXPECT_NE(t.result.exit_code, 0);
+  EXPECT_LT(t.seconds, kHung / 2) << "the job waited for the rank that stopped";
+  EXPECT_THAT(t.result.err, HasSubstr("shardplan: error (rank 1): /nonexistent/plan.json: cannot "
+                                      "open file"));
+}
+
 TEST(JobFailure, TheTimeoutMustBePositive) {
   const std::string plan = tiny_plan("timeout_plan.json");
   const CommandResult r = run_shardplan({"execute", "--plan", plan, "--timeout", "0"});

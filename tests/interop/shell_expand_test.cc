@@ -115,6 +115,21 @@ TEST(ShellArithmetic, ChecksEveryStep) {
             std::nullopt);  // nested past the bound, not recursed into
 }
 
+// A1="A0+A0+...": each name is evaluated again where it is used, eight times more work a
+// level; past 100 000 names read the expression is left unevaluated (8^12 took minutes).
+TEST(ShellArithmetic, NamesThatMultiplyTheWorkStopAtABudget) {
+  ShellVariables variables;
+  variables.assign("A0", {"1"}, false, false);
+  for (int level = 1; level <= 12; ++level) {
+    const std::string below = "A" + std::to_string(level - 1);
+    std::string sum = below;
+    for (int i = 1; i < 8; ++i) sum += "+" + below;
+    variables.assign("A" + std::to_string(level), {sum}, false, false);
+  }
+  EXPECT_EQ(shell_arithmetic("A4", variables), 4096);  // 8^4: within the budget
+  EXPECT_EQ(shell_arithmetic("A12", variables), std::nullopt);
+}
+
 TEST(ShellBudget, ADoublingVariableStopsAtTheBudget) {
   ShellVariables variables;
   variables.assign("X", {std::string(1 << 20, 'x')}, false, false);

@@ -67,6 +67,15 @@ TEST(ReadTextFile, AnEndlessDeviceStopsAtTheLimit) {
   EXPECT_THAT(message, HasSubstr("/dev/zero: the input is larger than the 1 MiB"));
 }
 
+// Opening a FIFO waits for a writer: one with none must not hang the reader.
+TEST(ReadTextFile, AFifoNoOneWritesToReadsAsEmpty) {
+  const fs::path fifo = temp_path("fifo");
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(read_text_file(fifo.string()), "");
+  fs::remove(fifo);
+}
+
 TEST(ReadTextFile, AnEmptyDeviceReadsAsEmpty) {
   EXPECT_EQ(read_text_file("/dev/null"), "");
 }

@@ -78,3 +78,18 @@ TEST(JsonReader, TypedAccessNamesThePath) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// The edit distance costs name × candidate: a key of megabytes (a mutated config) took
+// seconds per candidate. No name is over 100 bytes, nor a typo of one.
+TEST(Suggest, ANameTooLongToBeATypoGetsNoSuggestion) {
+  const std::vector<std::string> names = {"micro_batch", "grad_accum"};
+  EXPECT_EQ(closest_name("micro_bach", names), "micro_batch");
+  EXPECT_EQ(closest_name(std::string(101, 'm'), names), std::nullopt);
+  EXPECT_EQ(closest_name(std::string(5'000'000, 'g'), names), std::nullopt);
+}
+
+}  // namespace
+}  // namespace shardplan

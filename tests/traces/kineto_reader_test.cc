@@ -111,6 +111,22 @@ TEST(KinetoReader, ErrorsDoNotEchoTheInput) {
   }
 }
 
+// Args nested millions deep cost a frame each while they are skipped: refused past the
+// depth every reader allows (a 35 MB trace of them took 4 GiB before).
+TEST(KinetoReader, NestingPastTheDepthLimitIsRefused) {
+  const std::string deep = write_temp_file(
+      "deep_args.json", R"({"traceEvents": [{"ph": "X", "ts": 1, "args": {"x": )" +
+                            std::string(100'000, '[') + std::string(100'000, ']') + "}}]}");
+  try {
+    read_kineto_trace(deep);
+    FAIL() << "a trace nested 100 000 deep was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(e.reason().find("values nested more than 1000 levels deep"), std::string::npos)
+        << e.what();
+    EXPECT_TRUE(e.field().starts_with("/traceEvents/0/args/x/0/0")) << e.field();
+  }
+}
+
 // Every shardplan reader refuses a key given twice (a profiler never writes one; keeping
 // the last silently reads a value the file may not mean), naming the object.
 TEST(KinetoReader, AKeyGivenTwiceIsRefused) {
