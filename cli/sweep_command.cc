@@ -360,14 +360,11 @@ int run_sweep(const SweepParams& p, std::ostream& out, std::ostream& progress) {
   if (rank != 0) return all_invalid ? 1 : 0;
   if (all_invalid) {
     const SweepPoint& first = result.points.front();
-    // Every mesh tiles the GPUs but none splits the batch: the batch is what to change, and
-    // the message names where it came from.
-    const bool batch_only =
-        std::all_of(result.points.begin(), result.points.end(), [](const SweepPoint& point) {
-          return point.config.grad_accum == 0 && point.config.dp_shard > 0;
-        });
+    // The first point's mesh tiles the GPUs but does not split the batch: the message
+    // names where the batch came from, as what to change.
+    const bool batch = first.config.grad_accum == 0 && first.config.dp_shard > 0;
     throw InputError(
-        batch_only ? global_batch_source(p, job) : "sweep", "",
+        batch ? global_batch_source(p, job) : "sweep", "",
         fmt::format("all {} configurations are invalid; the first ({}): {}", result.points.size(),
                     describe_config(first.config), first.reason));
   }
