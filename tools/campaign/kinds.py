@@ -333,7 +333,7 @@ def input_case(index, kind, rng, seeds):
         mutated, what = mutate_with(rng, data, STRUCTURE.get(kind))
         plain = mutated
         if gz:
-            mutated = gzip.compress(mutated, compresslevel=1)
+            mutated = gzip.compress(mutated, compresslevel=1, mtime=0)
     name = _input_name(kind, seed)
     argv, extra, ranks = _commands(kind, rng, seeds, name, seed)
     files = {name: FileSpec(content=mutated)}
@@ -515,7 +515,7 @@ def _reader_bases(seeds):
          seeds.by_kind["probe"][0].data, "probe.json", {}, 0),
         (["calibrate", "--trace", "F", "--json"], seeds.kineto, "trace.json", {}, 0),
         (["trace", "import", "F", "--json"], seeds.kineto, "trace.json", {}, 0),
-        (["trace", "import", "F", "--json"], gzip.compress(seeds.kineto), "trace.json.gz", {}, 0),
+        (["trace", "import", "F", "--json"], gzip.compress(seeds.kineto, mtime=0), "trace.json.gz", {}, 0),
         (["plan", "--from-megatron", "F", "--json"], seeds.by_kind["megatron"][0].data, "run.sh", {}, 0),
         (["plan", "--from-megatron-bridge", "F", "--gpus", "8", "--json"],
          seeds.by_kind["bridge"][0].data, "bridge.txt", {}, 0),
