@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 
+#include "models/atomic_file.h"
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/name_table.h"
@@ -47,7 +49,7 @@ auto load_named(const JsonReader& r, std::string_view key, Load load) {
 
 PublishedRun read_run(const JsonReader& r) {
   r.expect_only({"id", "source", "url", "stack", "gpu", "model", "cluster", "gpus", "config",
-                 "measured", "note"});
+                 "measured", "first_look", "note"});
   PublishedRun run;
   run.id = r.string("id");
   run.source = r.string("source");
@@ -77,21 +79,42 @@ PublishedRun read_run(const JsonReader& r) {
     }
     run.memory_kind = *parsed;
   }
+  if (r.json().contains("first_look")) {
+    if (r.json().at("first_look").is_null()) {
+      run.first_look_state = FirstLookState::not_recorded;
+    } else {
+      const JsonReader f = r.object("first_look");
+      f.expect_only({"tokens_per_second_per_gpu", "memory_gib", "fits", "commit", "date"});
+      run.first_look_state = FirstLookState::recorded;
+      run.first_look.tokens_per_second_per_gpu = f.number_in("tokens_per_second_per_gpu", 0, 1e12);
+      run.first_look.memory_gib = f.number_in("memory_gib", -1e6, 1e6);
+      run.first_look.fits = f.boolean("fits");
+      run.first_look.commit = f.string("commit");
+      if (!std::regex_match(run.first_look.commit, std::regex("[0-9a-f]{7,40}")))
+        f.fail("commit", "must be a commit hash (7 to 40 hex digits)");
+      run.first_look.date = f.string("date");
+      if (!std::regex_match(run.first_look.date, std::regex("20[0-9]{2}-[01][0-9]-[0-3][0-9]")))
+        f.fail("date", "must be a date as YYYY-MM-DD");
+    }
+  }
   return run;
 }
 
-ErrorStats stats(std::vector<double> errors) {
-  ErrorStats s;
-  s.count = static_cast<int64_t>(errors.size());
-  if (errors.empty()) return s;
-  std::vector<double> abs(errors.size());
-  std::transform(errors.begin(), errors.end(), abs.begin(), [](double e) { return std::abs(e); });
-  std::sort(abs.begin(), abs.end());
-  const std::size_t n = abs.size();
-  s.median_abs = n % 2 == 1 ? abs[n / 2] : 0.5 * (abs[n / 2 - 1] + abs[n / 2]);
-  s.worst = *std::max_element(errors.begin(), errors.end(),
-                              [](double a, double b) { return std::abs(a) < std::abs(b); });
-  return s;
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The errors of the rows that have one.
+template <typename Get>
+std::vector<double> errors_of(const std::vector<FidelityRow>& rows, Get get) {
+  std::vector<double> errors;
+  for (const FidelityRow& r : rows) {
+    const std::optional<double> e = get(r);
+    if (e) errors.push_back(*e);
+  }
+  return errors;
 }
 
 std::string percent(double error) {
@@ -150,23 +173,48 @@ std::vector<FidelityRow> evaluate_published_runs(const std::vector<PublishedRun>
     row.predicted_memory_gib = bytes / kGiB;
     row.tokens_error = row.predicted_tokens_per_second_per_gpu / run.tokens_per_second_per_gpu - 1;
     if (run.memory_gib) row.memory_error = row.predicted_memory_gib / *run.memory_gib - 1;
+    if (run.first_look_state == FirstLookState::recorded) {
+      row.first_look_tokens_error =
+          run.first_look.tokens_per_second_per_gpu / run.tokens_per_second_per_gpu - 1;
+      if (run.memory_gib) row.first_look_memory_error = run.first_look.memory_gib / *run.memory_gib - 1;
+    }
     rows.push_back(row);
   }
   return rows;
 }
 
+ErrorStats error_stats(std::vector<double> errors) {
+  ErrorStats s;
+  s.count = static_cast<int64_t>(errors.size());
+  if (errors.empty()) return s;
+  std::vector<double> abs(errors.size());
+  std::transform(errors.begin(), errors.end(), abs.begin(), [](double e) { return std::abs(e); });
+  s.median_abs = median_of(abs);
+  s.median = median_of(errors);
+  s.worst = *std::max_element(errors.begin(), errors.end(),
+                              [](double a, double b) { return std::abs(a) < std::abs(b); });
+  s.over = std::count_if(errors.begin(), errors.end(), [](double e) { return e > 0; });
+  s.under = std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; });
+  return s;
+}
+
 ErrorStats tokens_error_stats(const std::vector<FidelityRow>& rows) {
-  std::vector<double> errors;
-  for (const FidelityRow& r : rows) errors.push_back(r.tokens_error);
-  return stats(errors);
+  return error_stats(
+      errors_of(rows, [](const FidelityRow& r) { return std::optional(r.tokens_error); }));
 }
 
 ErrorStats memory_error_stats(const std::vector<FidelityRow>& rows) {
-  std::vector<double> errors;
-  for (const FidelityRow& r : rows) {
-    if (r.memory_error) errors.push_back(*r.memory_error);
-  }
-  return stats(errors);
+  return error_stats(errors_of(rows, [](const FidelityRow& r) { return r.memory_error; }));
+}
+
+ErrorStats first_look_tokens_error_stats(const std::vector<FidelityRow>& rows) {
+  return error_stats(
+      errors_of(rows, [](const FidelityRow& r) { return r.first_look_tokens_error; }));
+}
+
+ErrorStats first_look_memory_error_stats(const std::vector<FidelityRow>& rows) {
+  return error_stats(
+      errors_of(rows, [](const FidelityRow& r) { return r.first_look_memory_error; }));
 }
 
 std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::string& runs_file) {
@@ -184,39 +232,70 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
       "`max_memory_allocated`, reserved plus the cluster's non-tensor bytes with what "
       "`nvidia-smi` shows.\n\n";
 
-  const ErrorStats tokens = tokens_error_stats(rows);
-  const ErrorStats memory = memory_error_stats(rows);
   std::set<std::string> gpus;
   for (const FidelityRow& r : rows) gpus.insert(r.run->gpu);
+  const auto stats_row = [](const std::string& figure, const ErrorStats& s,
+                            const std::string& target) {
+    if (s.count == 0) return fmt::format("| {} | 0 | — | — | — | — | {} |\n", figure, target);
+    return fmt::format("| {} | {} | {:.1f} % | {} | {} / {} | {} | {} |\n", figure, s.count,
+                       100.0 * s.median_abs, percent(s.median), s.over, s.under,
+                       percent(s.worst), target);
+  };
+  const std::string tokens_target = "median ≤ 10 %, signed median within ±5 %, none above +40 %";
+  const std::string memory_target = "median ≤ 8 %";
+  int64_t not_recorded = 0;
+  for (const FidelityRow& r : rows)
+    not_recorded += r.run->first_look_state != FirstLookState::recorded ? 1 : 0;
   md += "## Summary\n\n";
   md +=
-      "| figure | runs | median \\|error\\| | worst error | target |\n| --- | --- | --- | --- | "
-      "--- |\n";
-  md += fmt::format(
-      "| tokens/s per GPU | {} | {:.1f} % | {} | median ≤ 10 %, none worse than 25 % |\n",
-      tokens.count, 100.0 * tokens.median_abs, percent(tokens.worst));
-  md += fmt::format("| peak memory | {} | {:.1f} % | {} | median ≤ 5 % |\n\n", memory.count,
-                    100.0 * memory.median_abs, percent(memory.worst));
-  md += fmt::format("{} runs on {} GPU types.\n\n", rows.size(), gpus.size());
-
+      "The first look is each run's prediction when it was added, before any change was made "
+      "for it: that, not the error after changes, is how the next user's job will be "
+      "predicted. Today is what this commit predicts.\n\n";
   md +=
-      "### By GPU\n\n| GPU | runs | tokens/s median \\|error\\| | worst |\n| --- | --- | --- | --- "
-      "|\n";
-  for (const std::string& gpu : gpus) {
-    std::vector<FidelityRow> of;
-    for (const FidelityRow& r : rows) {
-      if (r.run->gpu == gpu) of.push_back(r);
+      "| figure | runs | median \\|error\\| | signed median | over / under | worst error | "
+      "target |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+  md += stats_row("tokens/s per GPU, first look", first_look_tokens_error_stats(rows),
+                  tokens_target);
+  md += stats_row("peak memory, first look", first_look_memory_error_stats(rows), memory_target);
+  md += stats_row("tokens/s per GPU, today", tokens_error_stats(rows), tokens_target);
+  md += stats_row("peak memory, today", memory_error_stats(rows), memory_target);
+  md += fmt::format(
+      "\n{} runs on {} GPU types; {} of them were added before first looks were recorded "
+      "(2026-11-28) and have none.\n\n",
+      rows.size(), gpus.size(), not_recorded);
+
+  const auto group_table = [&](const std::string& title, const std::string& column,
+                               const auto& key_of) {
+    std::set<std::string> keys;
+    for (const FidelityRow& r : rows) keys.insert(key_of(r));
+    std::string t = fmt::format(
+        "### By {}\n\n| {} | runs | tokens/s median \\|error\\| today | worst | first looks | "
+        "first-look median \\|error\\| | worst |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        title, column);
+    for (const std::string& key : keys) {
+      std::vector<FidelityRow> of;
+      for (const FidelityRow& r : rows) {
+        if (key_of(r) == key) of.push_back(r);
+      }
+      const ErrorStats s = tokens_error_stats(of);
+      const ErrorStats f = first_look_tokens_error_stats(of);
+      t += fmt::format("| {} | {} | {:.1f} % | {} | {} | {} | {} |\n", cell(key), s.count,
+                       100.0 * s.median_abs, percent(s.worst), f.count,
+                       f.count ? fmt::format("{:.1f} %", 100.0 * f.median_abs) : "—",
+                       f.count ? percent(f.worst) : "—");
     }
-    const ErrorStats s = tokens_error_stats(of);
-    md += fmt::format("| {} | {} | {:.1f} % | {} |\n", cell(gpu), s.count, 100.0 * s.median_abs,
-                      percent(s.worst));
-  }
+    return t + "\n";
+  };
+  md += group_table("GPU", "GPU", [](const FidelityRow& r) { return r.run->gpu; });
+  md += group_table("model kind", "kind", [](const FidelityRow& r) {
+    return std::string(r.run->model.family == "moe" ? "mixture of experts" : "dense");
+  });
 
   md +=
       "\n## Runs\n\n"
       "| run | GPU, stack | shardplan config | measured tok/s/GPU | predicted (MFU) | error | "
-      "measured memory GiB | predicted | error |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+      "first look (commit) | measured memory GiB | predicted | error | first look |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const FidelityRow& r : rows) {
     const PublishedRun& run = *r.run;
     std::string measured_memory = "—",
@@ -228,12 +307,21 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
       memory_error = percent(*r.memory_error);
     }
     if (!r.fits) predicted_memory += " (does not fit)";
+    std::string first_tokens = "—", first_memory = "—";
+    if (run.first_look_state == FirstLookState::recorded) {
+      first_tokens = fmt::format("{:.0f} ({}) `{}`", run.first_look.tokens_per_second_per_gpu,
+                                 percent(*r.first_look_tokens_error), run.first_look.commit);
+      first_memory = fmt::format("{:.1f}", run.first_look.memory_gib);
+      if (r.first_look_memory_error) first_memory += fmt::format(" ({})", percent(*r.first_look_memory_error));
+      if (!run.first_look.fits) first_memory += " (does not fit)";
+    }
     md += fmt::format(
-        "| `{}` | {} × {}, {} | {} {} {} | {:.0f} | {:.0f} ({:.1f} %) | {} | {} | {} | {} |\n",
+        "| `{}` | {} × {}, {} | {} {} {} | {:.0f} | {:.0f} ({:.1f} %) | {} | {} | {} | {} | {} | {} "
+        "|\n",
         run.id, run.cluster.num_gpus, cell(run.gpu), cell(run.stack), run.model.name, cell(r.label),
         fmt::format("seq {}", run.config.seq_len), run.tokens_per_second_per_gpu,
         r.predicted_tokens_per_second_per_gpu, 100.0 * r.predicted_mfu, percent(r.tokens_error),
-        measured_memory, predicted_memory, memory_error);
+        first_tokens, measured_memory, predicted_memory, memory_error, first_memory);
   }
 
   md += "\n## Sources\n\n";
@@ -245,6 +333,42 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
     md += "\n";
   }
   return md;
+}
+
+std::vector<std::string> record_first_looks(const std::string& runs_file, const std::string& commit,
+                                            const std::string& date) {
+  const std::vector<PublishedRun> runs = load_published_runs(runs_file);
+  std::vector<PublishedRun> missing;
+  for (const PublishedRun& run : runs) {
+    if (run.first_look_state == FirstLookState::missing) missing.push_back(run);
+  }
+  std::vector<std::string> ids;
+  if (missing.empty()) return ids;
+  const std::vector<FidelityRow> rows = evaluate_published_runs(missing);
+  // ordered_json keeps the file's key order: the rewrite changes only the added fields.
+  nlohmann::ordered_json file = nlohmann::ordered_json::parse(read_text_file(runs_file));
+  for (nlohmann::ordered_json& run : file["runs"]) {
+    if (run.contains("first_look")) continue;
+    const std::string id = run["id"].get<std::string>();
+    const auto row = std::find_if(rows.begin(), rows.end(),
+                                  [&](const FidelityRow& r) { return r.run->id == id; });
+    nlohmann::ordered_json look;
+    look["tokens_per_second_per_gpu"] =
+        std::round(row->predicted_tokens_per_second_per_gpu * 10.0) / 10.0;
+    look["memory_gib"] = std::round(row->predicted_memory_gib * 100.0) / 100.0;
+    look["fits"] = row->fits;
+    look["commit"] = commit;
+    look["date"] = date;
+    nlohmann::ordered_json rebuilt;
+    for (auto it = run.begin(); it != run.end(); ++it) {
+      rebuilt[it.key()] = it.value();
+      if (it.key() == "measured") rebuilt["first_look"] = look;
+    }
+    run = rebuilt;
+    ids.push_back(id);
+  }
+  write_file_atomically(runs_file, file.dump(1, ' ', false) + "\n");
+  return ids;
 }
 
 }  // namespace shardplan
