@@ -176,7 +176,8 @@ std::vector<FidelityRow> evaluate_published_runs(const std::vector<PublishedRun>
     if (run.first_look_state == FirstLookState::recorded) {
       row.first_look_tokens_error =
           run.first_look.tokens_per_second_per_gpu / run.tokens_per_second_per_gpu - 1;
-      if (run.memory_gib) row.first_look_memory_error = run.first_look.memory_gib / *run.memory_gib - 1;
+      if (run.memory_gib)
+        row.first_look_memory_error = run.first_look.memory_gib / *run.memory_gib - 1;
     }
     rows.push_back(row);
   }
@@ -238,8 +239,8 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
                             const std::string& target) {
     if (s.count == 0) return fmt::format("| {} | 0 | — | — | — | — | {} |\n", figure, target);
     return fmt::format("| {} | {} | {:.1f} % | {} | {} / {} | {} | {} |\n", figure, s.count,
-                       100.0 * s.median_abs, percent(s.median), s.over, s.under,
-                       percent(s.worst), target);
+                       100.0 * s.median_abs, percent(s.median), s.over, s.under, percent(s.worst),
+                       target);
   };
   const std::string tokens_target = "median ≤ 10 %, signed median within ±5 %, none above +40 %";
   const std::string memory_target = "median ≤ 8 %";
@@ -254,8 +255,8 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
   md +=
       "| figure | runs | median \\|error\\| | signed median | over / under | worst error | "
       "target |\n| --- | --- | --- | --- | --- | --- | --- |\n";
-  md += stats_row("tokens/s per GPU, first look", first_look_tokens_error_stats(rows),
-                  tokens_target);
+  md +=
+      stats_row("tokens/s per GPU, first look", first_look_tokens_error_stats(rows), tokens_target);
   md += stats_row("peak memory, first look", first_look_memory_error_stats(rows), memory_target);
   md += stats_row("tokens/s per GPU, today", tokens_error_stats(rows), tokens_target);
   md += stats_row("peak memory, today", memory_error_stats(rows), memory_target);
@@ -312,11 +313,13 @@ std::string fidelity_markdown(const std::vector<FidelityRow>& rows, const std::s
       first_tokens = fmt::format("{:.0f} ({}) `{}`", run.first_look.tokens_per_second_per_gpu,
                                  percent(*r.first_look_tokens_error), run.first_look.commit);
       first_memory = fmt::format("{:.1f}", run.first_look.memory_gib);
-      if (r.first_look_memory_error) first_memory += fmt::format(" ({})", percent(*r.first_look_memory_error));
+      if (r.first_look_memory_error)
+        first_memory += fmt::format(" ({})", percent(*r.first_look_memory_error));
       if (!run.first_look.fits) first_memory += " (does not fit)";
     }
     md += fmt::format(
-        "| `{}` | {} × {}, {} | {} {} {} | {:.0f} | {:.0f} ({:.1f} %) | {} | {} | {} | {} | {} | {} "
+        "| `{}` | {} × {}, {} | {} {} {} | {:.0f} | {:.0f} ({:.1f} %) | {} | {} | {} | {} | {} | "
+        "{} "
         "|\n",
         run.id, run.cluster.num_gpus, cell(run.gpu), cell(run.stack), run.model.name, cell(r.label),
         fmt::format("seq {}", run.config.seq_len), run.tokens_per_second_per_gpu,

@@ -75,7 +75,7 @@ std::vector<FidelityRow> evaluate_published_runs(const std::vector<PublishedRun>
 struct ErrorStats {
   int64_t count = 0;
   double median_abs = 0;
-  double worst = 0;  // signed error of largest magnitude
+  double worst = 0;   // signed error of largest magnitude
   double median = 0;  // signed
   int64_t over = 0;   // rows predicted above the measurement
   int64_t under = 0;  // ... and below

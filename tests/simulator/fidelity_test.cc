@@ -7,9 +7,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -191,8 +191,7 @@ TEST(Fidelity, RecordFirstLooksFillsOnlyTheMissingOnes) {
           R"(, "first_look": null}, {"id": "done", )" + run +
           R"(, "first_look": {"tokens_per_second_per_gpu": 5, "memory_gib": 1, "fits": true,
               "commit": "abcdef0", "date": "2026-01-02"}, "note": "n"}]})");
-  EXPECT_EQ(record_first_looks(path, "0123456789", "2026-11-28"),
-            std::vector<std::string>{"new"});
+  EXPECT_EQ(record_first_looks(path, "0123456789", "2026-11-28"), std::vector<std::string>{"new"});
   const std::vector<PublishedRun> runs = load_published_runs(path);
   ASSERT_EQ(runs.size(), 3u);
   const std::vector<FidelityRow> rows = evaluate_published_runs(runs);
