@@ -162,13 +162,16 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
   }
   if (compute_fitted) {
     const ComputeSpec& e = result.cluster.compute;
-    out["compute"] = {{"gemm_efficiency", e.gemm_efficiency},
-                      {"fp8_gemm_efficiency", e.fp8_gemm_efficiency},
-                      {"attention_efficiency", e.attention_efficiency},
-                      {"sdpa_attention_efficiency", e.sdpa_attention_efficiency},
-                      {"elementwise_efficiency", e.elementwise_efficiency},
-                      {"optimizer_efficiency", e.optimizer_efficiency},
-                      {"overlap_slowdown", e.overlap_slowdown}};
+    // Fitted constants replace the file's; its measured GEMM tables stay.
+    nlohmann::json& compute = out["compute"];
+    if (!compute.is_object()) compute = nlohmann::json::object();
+    compute["gemm_efficiency"] = e.gemm_efficiency;
+    compute["fp8_gemm_efficiency"] = e.fp8_gemm_efficiency;
+    compute["attention_efficiency"] = e.attention_efficiency;
+    compute["sdpa_attention_efficiency"] = e.sdpa_attention_efficiency;
+    compute["elementwise_efficiency"] = e.elementwise_efficiency;
+    compute["optimizer_efficiency"] = e.optimizer_efficiency;
+    compute["overlap_slowdown"] = e.overlap_slowdown;
   }
   out["description"] =
       fmt::format("{} Calibrated by shardplan calibrate.", original.value("description", ""));

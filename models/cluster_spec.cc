@@ -163,11 +163,44 @@ NcclSpec parse_nccl(const JsonReader& r) {
   };
 }
 
+constexpr NameTable<GemmPrecision, 2> kGemmPrecisionNames = {
+    {{GemmPrecision::bf16, "bf16"}, {GemmPrecision::fp8, "fp8"}}};
+
+// A measured table: {precision, grouped, source, points: [{m, n, k, groups, tflops}]},
+// fitted against the GPU's peak of that precision.
+GemmTable parse_gemm_table(const JsonReader& r, const GpuSpec& gpu) {
+  r.expect_only({"precision", "grouped", "source", "points"});
+  GemmTable t;
+  t.precision = parse_name(r, "precision", kGemmPrecisionNames);
+  t.grouped = r.boolean_or("grouped", false);
+  t.source = r.string("source");
+  if (t.source.empty()) r.fail("source", "must name where the measurements come from");
+  const double peak =
+      t.precision == GemmPrecision::fp8 ? gpu.fp8_dense_flops : gpu.bf16_dense_flops;
+  if (!(peak > 0)) r.fail("precision", "the GPU has no dense peak of this precision");
+  for (const JsonReader& p : r.objects("points")) {
+    p.expect_only({"m", "n", "k", "groups", "tflops"});
+    GemmPoint point{.m = p.integer_in("m", 1, INT32_MAX),
+                    .n = p.integer_in("n", 1, INT32_MAX),
+                    .k = p.integer_in("k", 1, INT32_MAX),
+                    .groups = p.integer_in_or("groups", 1, 1 << 20, 1)};
+    // A measurement above the datasheet is a wrong row, not a fast GPU.
+    const double tflops = p.number_in("tflops", 1e-3, peak / 1e12);
+    point.seconds = 2.0 * static_cast<double>(point.m) * static_cast<double>(point.n) *
+                    static_cast<double>(point.k) * static_cast<double>(point.groups) /
+                    (tflops * 1e12);
+    t.points.push_back(point);
+  }
+  if (t.points.size() < 3) r.fail("points", "a table needs at least three measured shapes");
+  fit_gemm_table(t, peak, gpu.sm_count);
+  return t;
+}
+
 // Optional: a file without it gets the defaults of ComputeSpec.
-ComputeSpec parse_compute(const JsonReader& r) {
+ComputeSpec parse_compute(const JsonReader& r, const GpuSpec& gpu) {
   r.expect_only({"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
                  "sdpa_attention_efficiency", "elementwise_efficiency", "optimizer_efficiency",
-                 "overlap_slowdown"});
+                 "overlap_slowdown", "gemm_tables"});
   const ComputeSpec d;
   auto fraction = [&](std::string_view key, double fallback) {
     return r.has(key)
@@ -186,10 +219,31 @@ ComputeSpec parse_compute(const JsonReader& r) {
   if (r.has("overlap_slowdown")) {
     c.overlap_slowdown = r.number_in("overlap_slowdown", 0, cluster_bounds::kMaxOverlapSlowdown);
   }
+  if (r.has("gemm_tables")) {
+    for (const JsonReader& t : r.objects("gemm_tables")) {
+      GemmTable table = parse_gemm_table(t, gpu);
+      if (find_gemm_table(c, table.precision, table.grouped) != nullptr &&
+          find_gemm_table(c, table.precision, table.grouped)->grouped == table.grouped) {
+        t.fail("precision", "a second table of this precision and kind");
+      }
+      c.gemm_tables.push_back(std::move(table));
+    }
+  }
   return c;
 }
 
 }  // namespace
+
+const GemmTable* find_gemm_table(const ComputeSpec& compute, GemmPrecision precision,
+                                 bool grouped) {
+  const GemmTable* dense = nullptr;
+  for (const GemmTable& t : compute.gemm_tables) {
+    if (t.precision != precision) continue;
+    if (t.grouped == grouped) return &t;
+    if (!t.grouped) dense = &t;
+  }
+  return dense;
+}
 
 std::string_view nccl_algorithm_name(NcclAlgorithm a) {
   return name_of(kAlgorithmNames, a);
@@ -234,7 +288,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
                               c.host_link.measured_bandwidth_bytes_per_s, "bandwidth_bytes_per_s",
                               c.host_link.bandwidth_bytes_per_s);
   }
-  if (r.has("compute")) c.compute = parse_compute(r.object("compute"));
+  if (r.has("compute")) c.compute = parse_compute(r.object("compute"), c.gpu);
   if (r.has("collective_calibration")) c.collective_calibration = parse_collective_calibration(r);
   // NCCL launches one CTA (on one SM) per channel and runs every collective on at least
   // one channel: NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS accept "any value above or equal

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "models/gemm_rate.h"
+
 namespace shardplan {
 
 // One GPU. Peaks are dense (no structured sparsity); every value's source is in the
@@ -114,7 +116,15 @@ struct ComputeSpec {
   double elementwise_efficiency = 0.80;
   double optimizer_efficiency = 0.80;
   double overlap_slowdown = 0.189;
+  // Measured GEMM tables of this GPU (models/gemm_rate.h), fitted when the file is read.
+  // A GEMM of a precision with a table runs at its shape's rate; without one, at
+  // gemm_efficiency / fp8_gemm_efficiency.
+  std::vector<GemmTable> gemm_tables;
 };
+
+// The table for GEMMs of `precision`, grouped (an MoE layer's experts) or dense; a grouped
+// GEMM without a grouped table uses the dense one. nullptr when there is none.
+const GemmTable* find_gemm_table(const ComputeSpec& compute, GemmPrecision precision, bool grouped);
 
 // The GPU's link to host memory (PCIe, or NVLink-C2C on Grace parts), per GPU and per
 // direction: what activation offload's copies move over.

@@ -170,7 +170,8 @@ std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& sha
       out.push_back(
           {.m = std::max<int64_t>(1, static_cast<int64_t>(std::llround(tokens_of(shape) * s))),
            .n = (*w)[w->size() - 2],
-           .k = (*w)[w->size() - 1]});
+           .k = (*w)[w->size() - 1],
+           .groups = grouped ? std::max<int64_t>(1, m.stacked_experts) : 1});
     }
     for (const Module& c : m.children) walk(c, s);
   };

@@ -90,9 +90,13 @@ struct Fp8CastBytes {
   double backward = 0;
 };
 Fp8CastBytes fp8_cast_bytes(const Module& module, const BatchShape& shape);
-// One matmul of a forward pass: (m × k) · (k × n), m the tokens it sees.
+// One matmul of a forward pass: (m × k) · (k × n), m the tokens it sees. A grouped GEMM
+// (an MoE layer's local experts in one launch) splits its tokens over `groups` matmuls
+// with the same n and k: the token dimension is m, or k for a weight gradient.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
+  int64_t groups = 1;
+  bool weight_gradient = false;  // tokens in k (backward's dW = dYᵀ · X)
 };
 // The matmuls of `module`'s forward on one micro-batch: every GEMM-kind module's 2-D
 // weight [out, in] (PyTorch layout) as (tokens × its token share, out, in).

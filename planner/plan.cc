@@ -81,8 +81,8 @@ std::vector<GemmShape> op_gemms(const Plan& plan, const PlanOp& op) {
   if (op.segment < 0) return out;
   for (const GemmShape& g : plan.segments[static_cast<std::size_t>(op.segment)].gemms) {
     if (op.kind == OpKind::backward) {
-      out.push_back({.m = g.m, .n = g.k, .k = g.n});
-      out.push_back({.m = g.n, .n = g.k, .k = g.m});
+      out.push_back({.m = g.m, .n = g.k, .k = g.n, .groups = g.groups});
+      out.push_back({.m = g.n, .n = g.k, .k = g.m, .groups = g.groups, .weight_gradient = true});
     } else {
       out.push_back(g);
     }

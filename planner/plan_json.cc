@@ -30,23 +30,30 @@ namespace {
 
 nlohmann::json gemms_json(const std::vector<GemmShape>& gemms) {
   nlohmann::json out = nlohmann::json::array();
-  for (const GemmShape& g : gemms) out.push_back({g.m, g.n, g.k});
+  for (const GemmShape& g : gemms) {
+    out.push_back(g.groups > 1 ? nlohmann::json{g.m, g.n, g.k, g.groups}
+                               : nlohmann::json{g.m, g.n, g.k});
+  }
   return out;
 }
 
 std::vector<GemmShape> gemms_from(const JsonReader& r) {
   const nlohmann::json& list = r.value("gemms");
-  if (!list.is_array()) r.fail("gemms", "expected a list of [m, n, k]");
+  if (!list.is_array()) r.fail("gemms", "expected a list of [m, n, k] or [m, n, k, groups]");
   std::vector<GemmShape> out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& g = list[i];
-    if (!g.is_array() || g.size() != 3 ||
+    if (!g.is_array() || (g.size() != 3 && g.size() != 4) ||
         !std::all_of(g.begin(), g.end(), [](const nlohmann::json& v) {
           return v.is_number_integer() && v.get<int64_t>() > 0;
         })) {
-      r.fail(fmt::format("gemms/{}", i), "expected [m, n, k], three positive integers");
+      r.fail(fmt::format("gemms/{}", i),
+             "expected [m, n, k] or [m, n, k, groups], positive integers");
     }
-    out.push_back({g[0].get<int64_t>(), g[1].get<int64_t>(), g[2].get<int64_t>()});
+    out.push_back({.m = g[0].get<int64_t>(),
+                   .n = g[1].get<int64_t>(),
+                   .k = g[2].get<int64_t>(),
+                   .groups = g.size() == 4 ? g[3].get<int64_t>() : 1});
   }
   return out;
 }

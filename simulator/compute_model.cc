@@ -1,6 +1,7 @@
 #include "simulator/compute_model.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace shardplan {
 
@@ -11,6 +12,29 @@ RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
   return {group.size,
           std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
 }
+
+namespace {
+
+// Seconds per GEMM FLOP of `op`'s matmuls at their shapes' rates in `precision`, from
+// the cluster's table; nullopt without a table (or matmul shapes). The op's own GEMM
+// FLOPs are then timed at this rate: a recompute's re-run matmuls and the output layer
+// under FP8 run at the mix of the segment's shapes.
+std::optional<double> table_seconds_per_flop(const Plan& plan, const PlanOp& op,
+                                             const ComputeSpec& compute, GemmPrecision precision,
+                                             double peak_flops) {
+  const GemmTable* dense = find_gemm_table(compute, precision, false);
+  if (dense == nullptr) return std::nullopt;
+  const GemmTable* grouped = find_gemm_table(compute, precision, true);
+  double seconds = 0, flops = 0;
+  for (const GemmShape& g : op_gemms(plan, op)) {
+    seconds += gemm_seconds(g.groups > 1 ? *grouped : *dense, g, peak_flops);
+    flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+  }
+  if (!(flops > 0)) return std::nullopt;
+  return seconds / flops;
+}
+
+}  // namespace
 
 bool sdpa_attention(const FsdpConfig& config) {
   return config.stack != Stack::megatron_te && config.sdpa_backend == SdpaBackend::flash;
@@ -33,11 +57,22 @@ ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& 
       // The output layer's GEMMs stay in BF16 under FP8.
       const double bf16_gemm = fp8 ? op.bf16_gemm_flops : 0.0;
       const double gemm = std::max(op.flops - op.attention_flops - bf16_gemm, 0.0);
-      if (fp8) {
-        w.fp8_gemm = gemm / (share * gpu.fp8_dense_flops);
-        w.bf16_gemm = bf16_gemm / bf16_peak;
+      const double fp8_flops = fp8 ? gemm : 0.0;
+      const double bf16_flops = fp8 ? bf16_gemm : gemm;
+      const ComputeSpec& e = cluster.compute;
+      if (const auto rate = table_seconds_per_flop(plan, op, e, GemmPrecision::bf16, bf16_peak);
+          rate && bf16_flops > 0) {
+        w.table_gemm_seconds += bf16_flops * *rate;
       } else {
-        w.bf16_gemm = gemm / bf16_peak;
+        w.bf16_gemm = bf16_flops / bf16_peak;
+      }
+      if (fp8_flops > 0) {
+        const double fp8_peak = share * gpu.fp8_dense_flops;
+        if (const auto rate = table_seconds_per_flop(plan, op, e, GemmPrecision::fp8, fp8_peak)) {
+          w.table_gemm_seconds += fp8_flops * *rate;
+        } else {
+          w.fp8_gemm = fp8_flops / fp8_peak;
+        }
       }
       w.attention = op.attention_flops / bf16_peak;
       w.memory = op.bytes / gpu.hbm_measured_bandwidth_bytes_per_s;
@@ -53,7 +88,8 @@ ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& 
 }
 
 double compute_seconds(const ComputeWork& w, const ComputeSpec& e) {
-  return w.bf16_gemm / e.gemm_efficiency + w.fp8_gemm / e.fp8_gemm_efficiency +
+  return w.table_gemm_seconds + w.bf16_gemm / e.gemm_efficiency +
+         w.fp8_gemm / e.fp8_gemm_efficiency +
          w.attention / (w.sdpa ? e.sdpa_attention_efficiency : e.attention_efficiency) +
          w.memory / e.elementwise_efficiency + w.optimizer / e.optimizer_efficiency;
 }

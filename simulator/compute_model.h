@@ -18,7 +18,8 @@ struct OpCost {
 };
 
 // Compute ops: a roofline per kernel class, summed over the classes an op runs (they run
-// one after another): GEMM FLOPs ÷ (peak × gemm_efficiency), attention FLOPs ÷ (BF16
+// one after another): GEMMs at their shapes' rates where the cluster has a measured table
+// of their precision, else GEMM FLOPs ÷ (peak × gemm_efficiency), attention FLOPs ÷ (BF16
 // peak × attention_efficiency), activation bytes ÷ (measured HBM bandwidth ×
 // elementwise_efficiency). GEMMs run at the FP8 peak × fp8_gemm_efficiency under
 // fp8_param_gather (Transformer Engine runs them in FP8). The optimizer step is memory-bound over
@@ -29,6 +30,9 @@ OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
 // A compute or optimizer op's work per kernel class, in seconds at efficiency 1 (the
 // peaks op_cost divides by); op_cost's time is compute_seconds of it. Zero for collectives.
 struct ComputeWork {
+  // GEMMs of a precision the cluster has a measured table for (models/gemm_rate.h): seconds
+  // at their shapes' rates, efficiency included; the other fields leave them out.
+  double table_gemm_seconds = 0;
   double bf16_gemm = 0;  // ÷ gemm_efficiency
   double fp8_gemm = 0;   // ÷ fp8_gemm_efficiency
   double attention = 0;  // ÷ attention_efficiency, or sdpa_attention_efficiency if sdpa

@@ -1,0 +1,187 @@
+// The GEMM kernel model: fitted to measured tables, checked against them and against
+// shapes worked by hand.
+#include "models/gemm_rate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "models/cluster_spec.h"
+#include "models/error.h"
+#include "models/json_reader.h"
+
+namespace shardplan {
+namespace {
+
+constexpr double kH200Bf16Peak = 989.4e12;  // dense BF16, the dgx-h200 zoo file
+constexpr int64_t kH200Sms = 132;
+
+double flops(const GemmShape& s) {
+  return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+}
+
+// The 12 GEMM shapes this project measured on an H200 (cuBLAS bf16 through the CUDA
+// backend's probe, tests/data/h200/probe.json; SOURCE.md there).
+GemmTable h200_table() {
+  const nlohmann::json probe =
+      read_json_file(std::string(SHARDPLAN_SOURCE_DIR) + "/tests/data/h200/probe.json");
+  GemmTable t;
+  t.source = "tests/data/h200/probe.json";
+  for (const nlohmann::json& k : probe.at("kernels")) {
+    if (k.at("kind") != "gemm") continue;
+    t.points.push_back(
+        {.m = k.at("m"), .n = k.at("n"), .k = k.at("k"), .seconds = k.at("seconds")});
+  }
+  fit_gemm_table(t, kH200Bf16Peak, kH200Sms);
+  return t;
+}
+
+// The model alone (three constants) stays within 8 % of every measured H200 shape, from
+// the 128 256-wide output layer to K = 1024; with the measured points' correction a
+// measured shape gets its measured time within 2 %.
+TEST(GemmRate, FitsTheMeasuredH200Table) {
+  const GemmTable t = h200_table();
+  ASSERT_EQ(t.points.size(), 12u);
+  EXPECT_GT(t.core_efficiency, 0.75);
+  EXPECT_LT(t.core_efficiency, 1.0);
+  for (const GemmPoint& p : t.points) {
+    const GemmShape s{.m = p.m, .n = p.n, .k = p.k};
+    EXPECT_NEAR(gemm_model_seconds(t, s) / p.seconds, 1.0, 0.08) << p.m << "x" << p.n << "x" << p.k;
+    EXPECT_NEAR(gemm_seconds(t, s, kH200Bf16Peak) / p.seconds, 1.0, 0.02)
+        << p.m << "x" << p.n << "x" << p.k;
+  }
+}
+
+// A table made from known constants gives them back (grid values: fill 0.5 waves, 256
+// columns of overhead, core efficiency 0.8).
+TEST(GemmRate, FitRecoversTheConstantsOfASyntheticTable) {
+  GemmTable truth;
+  truth.peak_flops = 1e15;
+  truth.sms = 100;
+  truth.core_efficiency = 0.8;
+  truth.fill_waves = 0.5;
+  truth.tile_overhead_k = 256;
+  GemmTable t;
+  for (int64_t m : {512, 4096, 16384}) {
+    for (int64_t k : {512, 2048, 8192}) {
+      const GemmShape s{.m = m, .n = 4096, .k = k};
+      t.points.push_back({.m = m, .n = 4096, .k = k, .seconds = gemm_model_seconds(truth, s)});
+    }
+  }
+  fit_gemm_table(t, 1e15, 100);
+  EXPECT_NEAR(t.core_efficiency, 0.8, 1e-9);
+  EXPECT_NEAR(t.fill_waves, 0.5, 1e-9);
+  EXPECT_NEAR(t.tile_overhead_k, 256, 1e-9);
+}
+
+// Worked by hand with fill 0 and no overhead at efficiency 1: 132 tiles of 128 × 256 are
+// one wave; one tile more is a second wave, nearly twice the time for 0.8 % more work.
+TEST(GemmRate, OneTileMoreThanTheSmsCostsAWave) {
+  GemmTable t;
+  t.peak_flops = kH200Bf16Peak;
+  t.sms = kH200Sms;
+  t.core_efficiency = 1;
+  const GemmShape full{.m = 128 * 132, .n = 256, .k = 4096};
+  const double one_wave = 2.0 * 128 * 256 * 4096 / (kH200Bf16Peak / 132);
+  EXPECT_NEAR(gemm_model_seconds(t, full), one_wave, one_wave * 1e-12);
+  const GemmShape more{.m = 128 * 133, .n = 256, .k = 4096};
+  EXPECT_NEAR(gemm_model_seconds(t, more), 2 * one_wave, one_wave * 1e-12);
+  // At the peak: the full wave runs its FLOPs at exactly the peak.
+  EXPECT_NEAR(flops(full) / gemm_model_seconds(t, full), kH200Bf16Peak, 1e3);
+}
+
+// A grouped GEMM splits its tokens: 32 experts of 64 tokens each fill a tile's 128 rows
+// half, so 2048 tokens over 32 experts take as many tiles as 4096 tokens of one GEMM;
+// the weight gradient splits K instead and keeps its tiles.
+TEST(GemmRate, GroupedShapesSplitTheirTokens) {
+  const GemmTable t = h200_table();
+  const GemmShape dense{.m = 4096, .n = 768, .k = 2048};
+  const GemmShape grouped{.m = 2048, .n = 768, .k = 2048, .groups = 32};
+  EXPECT_NEAR(gemm_model_seconds(t, grouped), gemm_model_seconds(t, dense), 1e-12);
+  const GemmShape wgrad{.m = 768, .n = 2048, .k = 2048, .groups = 32, .weight_gradient = true};
+  const GemmShape per_expert{.m = 768, .n = 2048, .k = 64};
+  // 32 experts' weight gradients of K = 64 each: 32 × the tiles of one.
+  GemmShape one = per_expert;
+  EXPECT_GT(gemm_model_seconds(t, wgrad), gemm_model_seconds(t, one));
+  EXPECT_LT(flops(wgrad) / gemm_model_seconds(t, wgrad),
+            flops(GemmShape{.m = 768, .n = 2048, .k = 2048}) /
+                gemm_model_seconds(t, GemmShape{.m = 768, .n = 2048, .k = 2048}));
+}
+
+// A lower peak (a power limit) runs the same shape proportionally longer.
+TEST(GemmRate, ALowerPeakRunsLonger) {
+  const GemmTable t = h200_table();
+  const GemmShape s{.m = 8192, .n = 4096, .k = 4096};
+  EXPECT_NEAR(gemm_seconds(t, s, 0.85 * kH200Bf16Peak), gemm_seconds(t, s, kH200Bf16Peak) / 0.85,
+              1e-12);
+}
+
+nlohmann::json cluster_with_tables(const nlohmann::json& tables) {
+  auto [json, label] = cluster_json("dgx-h200");
+  json["compute"]["gemm_tables"] = tables;
+  return json;
+}
+
+TEST(GemmRate, ClusterFilesCarryFittedTables) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const GemmPoint& p : h200_table().points) {
+    points.push_back({{"m", p.m},
+                      {"n", p.n},
+                      {"k", p.k},
+                      {"tflops", flops({.m = p.m, .n = p.n, .k = p.k}) / p.seconds / 1e12}});
+  }
+  const ClusterSpec c = cluster_from_json(
+      cluster_with_tables({{{"precision", "bf16"}, {"source", "probe"}, {"points", points}}}),
+      "h200.json");
+  ASSERT_EQ(c.compute.gemm_tables.size(), 1u);
+  const GemmTable* t = find_gemm_table(c.compute, GemmPrecision::bf16, true);
+  ASSERT_NE(t, nullptr);  // grouped GEMMs fall back to the dense table
+  EXPECT_FALSE(t->grouped);
+  EXPECT_NEAR(t->core_efficiency, h200_table().core_efficiency, 1e-9);
+  EXPECT_EQ(find_gemm_table(c.compute, GemmPrecision::fp8, false), nullptr);
+}
+
+TEST(GemmRate, BadTablesNameTheField) {
+  const nlohmann::json p = {{"m", 4096}, {"n", 4096}, {"k", 4096}, {"tflops", 700}};
+  struct Case {
+    nlohmann::json tables;
+    std::string field, reason;
+  };
+  const std::vector<Case> cases = {
+      {{{{"precision", "bf16"}, {"source", "s"}, {"points", {p, p}}}}, "points", "three"},
+      {{{{"precision", "bf16"},
+         {"source", "s"},
+         {"points", {p, p, {{"m", 1}, {"n", 1}, {"k", 1}, {"tflops", 5000}}}}}},
+       "tflops",
+       "989"},
+      {{{{"precision", "int4"}, {"source", "s"}, {"points", {p, p, p}}}}, "precision", "bf16"},
+      {{{{"precision", "bf16"}, {"source", ""}, {"points", {p, p, p}}}}, "source", "name"},
+      {{{{"precision", "bf16"}, {"source", "s"}, {"points", {p, p, p}}},
+        {{"precision", "bf16"}, {"source", "s"}, {"points", {p, p, p}}}},
+       "gemm_tables/1/precision",
+       "second"},
+      {{{{"precision", "bf16"},
+         {"source", "s"},
+         {"points", {p, p, {{"m", 0}, {"n", 1}, {"k", 1}, {"tflops", 1}}}}}},
+       "m",
+       ""},
+  };
+  for (const Case& c : cases) {
+    try {
+      cluster_from_json(cluster_with_tables(c.tables), "h200.json");
+      ADD_FAILURE() << "accepted " << c.tables.dump();
+    } catch (const InputError& e) {
+      EXPECT_NE(e.field().find(c.field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.reason), std::string::npos) << e.what();
+    }
+  }
+  // A GPU without FP8 tensor cores has no FP8 table.
+  auto [a100, label] = cluster_json("dgx-a100");
+  a100["compute"]["gemm_tables"] = {{{"precision", "fp8"}, {"source", "s"}, {"points", {p, p, p}}}};
+  EXPECT_THROW(cluster_from_json(a100, "a100.json"), InputError);
+}
+
+}  // namespace
+}  // namespace shardplan
