@@ -14,6 +14,7 @@ packages=(
   clang-format  # 14 on Debian 12: the format check in the test suite
   python3-torch  # PyTorch 1.13 (CPU) for traces/capture and its tests
   chromium  # headless, to check that simulate --report pages render
+  file  # cpack -G DEB: dpkg-shlibdeps finds the .deb's library dependencies with it
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -207,9 +207,15 @@ def _classify_success(outcome: Outcome, err: str) -> Verdict:
     return Verdict("sane", "")
 
 
+# What the launcher's own libraries print before shardplan runs, not shardplan's message:
+# hwloc where /sys is not mounted (a chroot or a minimal container), as Open MPI starts.
+LAUNCHER_LINE = re.compile(r"^\[hwloc/[\w-]+\] ")
+
+
 def error_lines(err: str) -> list:
     """The lines of an error message, without the warnings and notes before it."""
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines()
+             if line.strip() and not LAUNCHER_LINE.match(line)]
     errors = [line for line in lines if not NOTE_LINE.match(line)]
     return errors or lines or [""]
 

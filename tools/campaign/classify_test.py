@@ -51,6 +51,17 @@ class ClearErrors(unittest.TestCase):
                 "shardplan: error: run.sh: --num-layers: is required\n")
         self.assertEqual(run(Outcome(1, stderr=err(text), subjects=("run.sh",))).cls, "clear-error")
 
+    def test_the_launchers_hwloc_line_is_not_the_message(self):
+        # Open MPI's hwloc where /sys is not mounted (a chroot): printed before shardplan runs.
+        text = ("[hwloc/linux] failed to find sysfs cpu topology directory, aborting linux discovery.\n"
+                "shardplan: error: plan.json: segment 999 out of range\n")
+        v = run(Outcome(1, stderr=err(text), under_mpirun=True, subjects=("plan.json",)))
+        self.assertEqual(v.cls, "clear-error")
+        # Anything else before the error still is.
+        v = run(Outcome(1, stderr=err("[hwloc] x\n" + text.split("\n", 1)[1]),
+                        under_mpirun=True, subjects=("plan.json",)))
+        self.assertEqual(v.cls, "unclear")
+
     def test_a_rank_of_execute_says_which(self):
         v = run(Outcome(1, stderr=err("shardplan: error (rank 1): plan.json: segment 999 out of range\n"),
                         under_mpirun=True, subjects=("plan.json",)))
