@@ -160,7 +160,12 @@ TEST(MoePlan, TwoLayersFourExpertsEp2HandWorked) {
   ASSERT_EQ(layer0.label, "layers.0");
   double expert_gemm = 0;
   for (const GemmShape& g : layer0.gemms) {
-    if (g.k == 64 && g.n == 128) EXPECT_EQ(g.m, 256);  // gate and up, grouped
+    if (g.k == 64 && g.n == 128) {
+      EXPECT_EQ(g.m, 256);     // gate and up, grouped
+      EXPECT_EQ(g.groups, 2);  // over the rank's 2 experts, 128 tokens each
+    }
+    if (g.n == 64 && g.k == 128) EXPECT_EQ(g.groups, 2);                   // down, grouped
+    if (g.n != 128 && !(g.n == 64 && g.k == 128)) EXPECT_EQ(g.groups, 1);  // dense
     if (g.n == 128 || (g.n == 64 && g.k == 128)) expert_gemm += 2.0 * g.m * g.n * g.k;
   }
   EXPECT_DOUBLE_EQ(expert_gemm, 2 * 2.0 * 3 * 64 * 128 * 128);

@@ -89,7 +89,11 @@ TEST(OpGemms, BackwardRunsTheInputAndWeightGradientOfEveryForwardMatmul) {
       EXPECT_EQ(input_grad.k, f.n);  // reduced over out features
       EXPECT_EQ(weight_grad.m, f.n);
       EXPECT_EQ(weight_grad.n, f.k);
-      EXPECT_EQ(weight_grad.k, f.m);  // reduced over tokens
+      EXPECT_EQ(weight_grad.k, f.m);           // reduced over tokens
+      EXPECT_EQ(input_grad.groups, f.groups);  // a grouped GEMM stays grouped
+      EXPECT_EQ(weight_grad.groups, f.groups);
+      EXPECT_FALSE(input_grad.weight_gradient);
+      EXPECT_TRUE(weight_grad.weight_gradient);  // its tokens are in k
       EXPECT_EQ(input_grad.m * input_grad.n * input_grad.k, f.m * f.n * f.k);
       EXPECT_EQ(weight_grad.m * weight_grad.n * weight_grad.k, f.m * f.n * f.k);
     }
