@@ -101,14 +101,34 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
     traced_steps.insert(traced_steps.end(), traced.steps.begin(), traced.steps.end());
   }
   std::vector<std::pair<std::string, std::vector<ProbeKernel>>> kernels;
+  std::vector<std::pair<std::string, std::vector<ProbeKernel>>> gpu_probes;  // cuda backend
   for (const std::string& path : inputs.probes) {
     const ProbeFile probe = read_probe_file(path);
     samples.insert(samples.end(), probe.collectives.begin(), probe.collectives.end());
     if (!probe.collectives.empty()) collective_sources.push_back(path);
     if (!probe.kernels.empty()) kernels.emplace_back(path, probe.kernels);
+    if (probe.backend == "cuda") gpu_probes.emplace_back(path, probe.kernels);
   }
   nlohmann::json out = original;
   bool compute_fitted = false;
+  // A job's own measured compute (a profiled step, a measured timeline) wins over the file's
+  // GEMM tables: those fits price every GEMM at one efficiency per precision (the mix of
+  // the shapes that job ran), so the tables leave the calibrated file rather than override
+  // what was fitted.
+  const bool fits_job = (plan && !traced_steps.empty()) || !inputs.measured.empty();
+  if (fits_job && !result.cluster.compute.gemm_tables.empty()) {
+    result.cluster.compute.gemm_tables.clear();
+    out["compute"].erase("gemm_tables");
+    out["sources"].erase("compute.gemm_tables");
+    result.report.constants.push_back(
+        {.name = "compute.gemm_tables",
+         .unit = "tables",
+         .before = static_cast<double>(original.at("compute").at("gemm_tables").size()),
+         .after = 0,
+         .r2 = NAN,
+         .fitted = false,
+         .note = "left out of the calibrated file: the fitted efficiencies price its GEMMs"});
+  }
   auto cite = [&](std::size_t first, const std::string& what) {
     for (std::size_t i = first; i < result.report.constants.size(); ++i) {
       const FittedConstant& c = result.report.constants[i];
@@ -123,6 +143,32 @@ CalibrationResult calibrate_cluster(const std::string& cluster_name_or_file,
     fit_probe_kernels(result.cluster, measured, path, result.report);
     cite(first, fmt::format("the GEMMs and copies {} timed", path));
     compute_fitted = true;
+  }
+  // A GPU probe's GEMMs are this GPU's measured table (models/gemm_rate.h): it replaces
+  // the file's BF16 table; the last probe given wins.
+  for (const auto& [path, measured] : gpu_probes) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const ProbeKernel& k : measured) {
+      if (!k.gemm || !(k.seconds > 0)) continue;
+      points.push_back({{"m", k.m},
+                        {"n", k.n},
+                        {"k", k.k},
+                        {"tflops", 2.0 * static_cast<double>(k.m) * static_cast<double>(k.n) *
+                                       static_cast<double>(k.k) / k.seconds / 1e12}});
+    }
+    if (points.size() < 3 || fits_job) continue;
+    nlohmann::json tables = nlohmann::json::array();
+    if (out.contains("compute") && out["compute"].contains("gemm_tables")) {
+      for (const nlohmann::json& t : out["compute"]["gemm_tables"]) {
+        if (t.value("precision", "") != "bf16" || t.value("grouped", false)) tables.push_back(t);
+      }
+    }
+    tables.push_back({{"precision", "bf16"},
+                      {"source", fmt::format("shardplan calibrate: the GEMMs {} timed", path)},
+                      {"points", points}});
+    out["compute"]["gemm_tables"] = tables;
+    out["sources"]["compute.gemm_tables"] = fmt::format(
+        "shardplan calibrate: the BF16 GEMMs {} timed ({} shapes)", path, points.size());
   }
   if (!samples.empty()) {
     fit_collectives(result.cluster, samples, result.report);

@@ -19,9 +19,9 @@ namespace {
 // the cluster's table; nullopt without a table (or matmul shapes). The op's own GEMM
 // FLOPs are then timed at this rate: a recompute's re-run matmuls and the output layer
 // under FP8 run at the mix of the segment's shapes.
-std::optional<double> table_seconds_per_flop(const Plan& plan, const PlanOp& op,
-                                             const ComputeSpec& compute, GemmPrecision precision,
-                                             double peak_flops) {
+std::optional<double> shapes_seconds_per_flop(const Plan& plan, const PlanOp& op,
+                                              const ComputeSpec& compute, GemmPrecision precision,
+                                              double peak_flops) {
   const GemmTable* dense = find_gemm_table(compute, precision, false);
   if (dense == nullptr) return std::nullopt;
   const GemmTable* grouped = find_gemm_table(compute, precision, true);
@@ -34,13 +34,34 @@ std::optional<double> table_seconds_per_flop(const Plan& plan, const PlanOp& op,
   return seconds / flops;
 }
 
+// The same, priced once per segment, direction and precision when a cache is given.
+std::optional<double> table_seconds_per_flop(const Plan& plan, const PlanOp& op,
+                                             const ComputeSpec& compute, GemmPrecision precision,
+                                             double peak_flops, GemmRateCache* cache) {
+  if (cache == nullptr || op.segment < 0)
+    return shapes_seconds_per_flop(plan, op, compute, precision, peak_flops);
+  const auto segments = plan.segments.size();
+  if (cache->by_segment.size() != segments) {
+    cache->by_segment.assign(segments, {});
+    cache->known.assign(segments, {});
+  }
+  const auto s = static_cast<std::size_t>(op.segment);
+  const std::size_t slot = static_cast<std::size_t>(precision) * 2 + (op.kind == OpKind::backward);
+  if (!cache->known[s][slot]) {
+    cache->by_segment[s][slot] = shapes_seconds_per_flop(plan, op, compute, precision, peak_flops);
+    cache->known[s][slot] = true;
+  }
+  return cache->by_segment[s][slot];
+}
+
 }  // namespace
 
 bool sdpa_attention(const FsdpConfig& config) {
   return config.stack != Stack::megatron_te && config.sdpa_backend == SdpaBackend::flash;
 }
 
-ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
+ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster,
+                         GemmRateCache* cache) {
   const GpuSpec& gpu = cluster.gpu;
   ComputeWork w;
   // FlashAttention-2 on the torch stacks' SDPA; cuDNN's attention is Transformer Engine's.
@@ -60,7 +81,8 @@ ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& 
       const double fp8_flops = fp8 ? gemm : 0.0;
       const double bf16_flops = fp8 ? bf16_gemm : gemm;
       const ComputeSpec& e = cluster.compute;
-      if (const auto rate = table_seconds_per_flop(plan, op, e, GemmPrecision::bf16, bf16_peak);
+      if (const auto rate =
+              table_seconds_per_flop(plan, op, e, GemmPrecision::bf16, bf16_peak, cache);
           rate && bf16_flops > 0) {
         w.table_gemm_seconds += bf16_flops * *rate;
       } else {
@@ -68,7 +90,8 @@ ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& 
       }
       if (fp8_flops > 0) {
         const double fp8_peak = share * gpu.fp8_dense_flops;
-        if (const auto rate = table_seconds_per_flop(plan, op, e, GemmPrecision::fp8, fp8_peak)) {
+        if (const auto rate =
+                table_seconds_per_flop(plan, op, e, GemmPrecision::fp8, fp8_peak, cache)) {
           w.table_gemm_seconds += fp8_flops * *rate;
         } else {
           w.fp8_gemm = fp8_flops / fp8_peak;
@@ -94,13 +117,14 @@ double compute_seconds(const ComputeWork& w, const ComputeSpec& e) {
          w.memory / e.elementwise_efficiency + w.optimizer / e.optimizer_efficiency;
 }
 
-OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster) {
+OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster,
+               GemmRateCache* cache) {
   switch (op.kind) {
     case OpKind::forward:
     case OpKind::backward:
     case OpKind::recompute:
     case OpKind::optimizer_step:
-      return {.seconds = compute_seconds(compute_work(plan, op, cluster), cluster.compute)};
+      return {.seconds = compute_seconds(compute_work(plan, op, cluster, cache), cluster.compute)};
     case OpKind::offload:
     case OpKind::reload:
       // Activation offload: a layer's saved bytes over the host link (copy engines;

@@ -1,5 +1,9 @@
 #pragma once
 
+#include <array>
+#include <optional>
+#include <vector>
+
 #include "models/cluster_spec.h"
 #include "planner/plan.h"
 #include "simulator/collective_model.h"
@@ -25,7 +29,16 @@ struct OpCost {
 // fp8_param_gather (Transformer Engine runs them in FP8). The optimizer step is memory-bound over
 // the local shard: bytes ÷ (measured HBM bandwidth × optimizer_efficiency). Collectives: the NCCL
 // model (collective_model.h) over the ranks of the op's group.
-OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
+// Seconds per GEMM FLOP of each segment's matmuls at their shapes' rates, forward and
+// backward, per precision: every micro-batch runs the same shapes, so a caller that
+// prices a whole plan against one cluster passes one cache and each segment is priced once.
+struct GemmRateCache {
+  std::vector<std::array<std::optional<double>, 4>> by_segment;  // [precision · 2 + backward]
+  std::vector<std::array<bool, 4>> known;
+};
+
+OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster,
+               GemmRateCache* cache = nullptr);
 
 // A compute or optimizer op's work per kernel class, in seconds at efficiency 1 (the
 // peaks op_cost divides by); op_cost's time is compute_seconds of it. Zero for collectives.
@@ -40,7 +53,8 @@ struct ComputeWork {
   double optimizer = 0;  // ÷ optimizer_efficiency
   bool sdpa = false;     // the torch stacks' attention
 };
-ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster);
+ComputeWork compute_work(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster,
+                         GemmRateCache* cache = nullptr);
 // Whether the config's attention runs at sdpa_attention_efficiency (FlashAttention-2 under
 // PyTorch's SDPA on the torch stacks) rather than attention_efficiency.
 bool sdpa_attention(const FsdpConfig& config);

@@ -67,12 +67,13 @@ double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const Clus
   const std::unique_ptr<OffsetAssigner> assigner = make_online_assigner();
   const Plan plan = build_plan(model, cluster, one, assigner.get());
   double seconds = 0;
+  GemmRateCache rates;
   for (const PlanOp& op : plan.ops) {
     const bool compute =
         op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute;
     const bool blocking_model_parallel =
         op.stream == Stream::compute && is_model_parallel_group(plan, op.group);
-    if (compute || blocking_model_parallel) seconds += op_cost(plan, op, cluster).seconds;
+    if (compute || blocking_model_parallel) seconds += op_cost(plan, op, cluster, &rates).seconds;
   }
   return seconds;
 }

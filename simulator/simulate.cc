@@ -49,7 +49,8 @@ void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
                 std::vector<double>& start, std::vector<double>& end) {
   const auto n = plan.ops.size();
   std::vector<OpCost> cost(n);
-  for (std::size_t i = 0; i < n; ++i) cost[i] = op_cost(plan, plan.ops[i], cluster);
+  GemmRateCache gemm_rates;
+  for (std::size_t i = 0; i < n; ++i) cost[i] = op_cost(plan, plan.ops[i], cluster, &gemm_rates);
   std::vector<std::size_t> waiting(n);
   std::vector<int64_t> ready;  // kept sorted descending, so the lowest id is at the back
   for (std::size_t i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/cluster_spec.h"
 #include "tests/run_command.h"
 
 namespace shardplan {
@@ -54,21 +55,38 @@ TEST(CalibrateH200, ProbeAndOneReplayPredictAnotherPlanWithinFivePercent) {
   const double measured = measured_step("measured_b.json");
   const double before = predicted_step("dgx-h200", b) / measured - 1;
   const double after = predicted_step(out, b) / measured - 1;
-  EXPECT_GT(std::abs(before), 0.15) << "the zoo constants were already right: " << before;
+  // The zoo's H200 GEMM table brought the uncalibrated prediction from above 15 % to
+  // 14.7 %; the job's own kernels still do better.
+  EXPECT_GT(std::abs(before), 0.10) << "the zoo constants were already right: " << before;
   EXPECT_LT(std::abs(after), 0.05) << "calibrated: " << after << ", zoo: " << before;
 }
 
-// The probe alone (GEMMs and copies, no timeline): the fit moves the plan-a replay closer.
-TEST(CalibrateH200, ProbeAloneMovesTheReplayCloser) {
-  const std::string out = testing::write_temp_file("h200-probe-only.json", "");
-  const auto r = run_shardplan(
-      {"calibrate", "--cluster", "dgx-h200", "--probe", kData + "probe.json", "-o", out});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+// The probe alone (GEMMs and copies, no timeline): its GEMMs become the cluster's BF16
+// table. Against a file with one efficiency for every GEMM that moves the plan-a replay
+// closer; the zoo's dgx-h200 already carries this probe's table, so it predicts the same.
+TEST(CalibrateH200, ProbeAloneWritesItsGemmTable) {
   const std::vector<std::string> a = job(
       4, {"seq_len=8192", "micro_batch=1", "grad_accum=2", "sharding_strategy=optim_grads_params"});
   const double measured = measured_step("measured_a.json");
-  EXPECT_LT(std::abs(predicted_step(out, a) / measured - 1),
-            std::abs(predicted_step("dgx-h200", a) / measured - 1));
+  auto [zoo, label] = cluster_json("dgx-h200");
+  zoo["compute"].erase("gemm_tables");
+  zoo["sources"].erase("compute.gemm_tables");
+  const std::string untabled = testing::write_temp_file("h200-untabled.json", zoo.dump());
+  const std::string out = testing::write_temp_file("h200-probe-only.json", "");
+  const auto r = run_shardplan(
+      {"calibrate", "--cluster", untabled, "--probe", kData + "probe.json", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  const nlohmann::json cluster = nlohmann::json::parse(in);
+  const nlohmann::json& tables = cluster.at("compute").at("gemm_tables");
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables.at(0).at("precision"), "bf16");
+  EXPECT_EQ(tables.at(0).at("points").size(), 12u);
+  const double calibrated = predicted_step(out, a);
+  EXPECT_LT(std::abs(calibrated / measured - 1),
+            std::abs(predicted_step(untabled, a) / measured - 1));
+  // The same GEMM table as the zoo's; the probe's copies also refit elementwise_efficiency.
+  EXPECT_NEAR(calibrated / predicted_step("dgx-h200", a), 1.0, 0.03);
 }
 
 // A PyTorch profiler trace of real FSDP2 training (tools/measure/fsdp2_profile.py, PyTorch
