@@ -39,7 +39,10 @@ TEST(Probe, MeasuresEveryCollectiveAndCalibrateReadsIt) {
     j["name"] = "cpu-host";
     j["intra_node"]["bandwidth_bytes_per_s"] = 1e8;
     j["intra_node"]["measured_bus_bandwidth_bytes_per_s"] = 1e8;
-    j["intra_node"]["latency_s"] = 1e-5;
+    // ... and whose latencies are a host's: 100 µs per hop and per launch (a loaded
+    // host's small collectives took milliseconds, 10^3 above NVLink's microseconds).
+    j["intra_node"]["latency_s"] = 1e-4;
+    j["nccl"]["base_latency_s"] = 1e-4;
     return j.dump();
   }());
   const std::string out = write_temp_file("probe-cluster.json", "");

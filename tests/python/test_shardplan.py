@@ -467,21 +467,29 @@ class UnderMpirun(unittest.TestCase):
     result, the others None) and a second sweep in the same process runs alone, since MPI
     cannot start again once finalized."""
 
+    # Each rank writes its own file: mpirun forwards the ranks' stdout in chunks that can
+    # splice two ranks' lines into one (seen on a loaded 2-core machine).
     SCRIPT = (
-        "import json, shardplan\n"
+        "import json, os, shardplan\n"
+        "out = os.path.join(os.environ['SWEEP_OUT'], os.environ['OMPI_COMM_WORLD_RANK'])\n"
         "request = {'model': 'tiny', 'gpus': 8, 'tp': [1], 'prefetch': [1], "
         "'recompute': ['none'], 'micro_batch': [1, 2], 'jobs': 1}\n"
         "for call in range(2):\n"
         "    r = shardplan.sweep(request)\n"
-        "    print(json.dumps([call, None if r is None else r['ranking'][0]['config']]))\n")
+        "    with open(out, 'a') as f:\n"
+        "        f.write(json.dumps([call, None if r is None else r['ranking'][0]['config']]) + '\\n')\n")
 
     def test_two_sweeps_in_one_mpi_process(self):
         import sys
-        result = subprocess.run(
-            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
-             "-c", self.SCRIPT], capture_output=True, text=True, timeout=300, env=os.environ)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        lines = sorted((json.loads(line) for line in result.stdout.splitlines()),
+        import tempfile
+        with tempfile.TemporaryDirectory() as out:
+            result = subprocess.run(
+                ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "SWEEP_OUT",
+                 sys.executable, "-c", self.SCRIPT], capture_output=True, text=True, timeout=300,
+                env={**os.environ, "SWEEP_OUT": out})
+            self.assertEqual(result.returncode, 0, result.stderr)
+            text = "".join(open(os.path.join(out, rank)).read() for rank in sorted(os.listdir(out)))
+        lines = sorted((json.loads(line) for line in text.splitlines()),
                        key=lambda line: (line[0], line[1] is not None))
         alone = cli_json("sweep", "--model", "tiny", "--gpus", "8", "--tp", "1", "--prefetch", "1",
                          "--recompute", "none", "--micro-batch", "1,2", "-j", "1")
