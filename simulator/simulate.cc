@@ -5,7 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "simulator/caching_allocator.h"
+#include "pool/caching_allocator.h"
 #include "simulator/compute_model.h"
 
 namespace shardplan {

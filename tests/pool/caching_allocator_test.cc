@@ -1,5 +1,5 @@
 // The caching allocator model against PyTorch's rules worked by hand.
-#include "simulator/caching_allocator.h"
+#include "pool/caching_allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "simulator/caching_allocator.h"
+#include "pool/caching_allocator.h"
 
 #include <stdexcept>
 
