@@ -2,9 +2,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/mpi_session.h"
@@ -111,7 +113,25 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     }
     int candidate = refused ? rank : ranks;
     int first = ranks;
-    MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    // Bounded by --timeout as the replay is: a rank stopped before it agrees (a hung
+    // node) must not hang the others here, where no watchdog runs yet.
+    MPI_Request request;
+    MPI_Iallreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(std::max(p.timeout_seconds, 1.0));
+    for (int done = 0; !done;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        err << fmt::format(
+                   "shardplan: error: rank {} of {}: no progress for {:g} s while the ranks "
+                   "agree on their inputs: another rank died or hangs\n",
+                   rank, ranks, std::max(p.timeout_seconds, 1.0))
+            << std::flush;
+        abort(1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (first == ranks) return false;
     if (rank == first) {
       err << "shardplan: error" << (rank == 0 ? std::string() : who) << ": " << refused->what()
