@@ -601,6 +601,19 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
       if (waited >= 0) deps.push_back(waited);
     }
   }
+  // PyTorch FSDP's final callback: the root's post-backward waits for the reduce-scatters
+  // still in flight and drops their inputs before the root's own copy-in allocates
+  // (_fsdp_param_group.py post_backward: current_stream().wait_event(
+  // reduce_scatter_state.event), reduce_scatter_state = None, then foreach_reduce). The
+  // root's last backward segment stands for that wait, so the layers' reduction buffers
+  // are free before the root's reduction takes its own.
+  if (torch_layout_ && !layer && grads && seg.id == plan_.segments.front().id) {
+    const auto size = static_cast<int64_t>(reduce_by_position.size());
+    for (int64_t p = std::max<int64_t>(0, size - drain_depth(c_)); p < size; ++p) {
+      const int64_t pending = reduce_by_position[static_cast<std::size_t>(p)];
+      if (pending >= 0) deps.push_back(pending);
+    }
+  }
   std::vector<int64_t> writes;
   double accumulate_bytes = 0;  // no_sync: the traffic of summing into the accumulator
   for (int domain : kDomains) {
