@@ -74,14 +74,23 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
                   fmt::format("{}; lower bound {} (+{:.1f} %)", plan.pool.algorithm,
                               format_bytes(m.pool_lower_bound_bytes), gap)});
   rows.push_back({"non-tensor", format_bytes(m.non_tensor), "CUDA context, NCCL, cuBLAS"});
+  rows.push_back({"peak allocated", format_bytes(m.peak_allocated),
+                  "persistent + most transient bytes live at once + non-tensor"});
   rows.push_back({"total", format_bytes(m.total),
                   c.allocator == Allocator::pool
-                      ? "persistent + pool + non-tensor"
-                      : "persistent + live peak + non-tensor (caching allocator)"});
+                      ? "peak reserved: persistent + pool + non-tensor"
+                      : fmt::format("peak reserved by the {} allocator, replayed (as simulate)",
+                                    allocator_name(c.allocator))});
   rows.push_back({"capacity", format_bytes(m.capacity), ""});
   out << render_table({"per GPU", "bytes", "note"}, rows, {1});
   if (m.fits) {
     out << fmt::format("fits: {} headroom\n", format_bytes(m.headroom));
+    if (m.cache_releases > 0) {
+      out << fmt::format(
+          "  only by returning cached memory to the GPU {} time{} in the step (PyTorch's "
+          "num_alloc_retries; each synchronizes the device)\n",
+          m.cache_releases, m.cache_releases == 1 ? "" : "s");
+    }
   } else {
     out << fmt::format("does not fit by {} (largest term: {})\n", format_bytes(-m.headroom),
                        m.largest_term);

@@ -1,8 +1,10 @@
 #include "planner/plan_memory.h"
 
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
+#include "planner/memory_replay.h"
 #include "pool/pool.h"
 
 namespace shardplan {
@@ -67,8 +69,17 @@ PlanMemory plan_memory(const Plan& plan) {
   m.pool_bytes = static_cast<double>(plan.pool.size_bytes);
   m.pool_lower_bound_bytes = static_cast<double>(plan.pool.lower_bound_bytes);
   m.non_tensor = static_cast<double>(plan.non_tensor_bytes);
-  m.transient = plan.config.allocator == Allocator::pool ? m.pool_bytes : m.pool_lower_bound_bytes;
+  const MemoryReplay replay = replay_memory(plan);
+  m.peak_allocated = static_cast<double>(replay.peak_allocated);
+  m.peak_reserved = static_cast<double>(replay.peak_reserved);
+  m.cache_releases = replay.cache_releases;
+  // Whole byte counts below 2^53: the total comes back exact.
+  m.transient = m.peak_reserved - m.non_tensor -
+                (m.model_weights + m.main_weights + (m.main_grads_transient ? 0.0 : m.main_grads) +
+                 m.optimizer_states + m.double_buffers);
   settle_memory_totals(m, m.transient, static_cast<double>(plan.capacity_bytes));
+  if (m.total != m.peak_reserved || m.fits != replay.fits)
+    throw std::logic_error("plan_memory: the breakdown does not add up to the replay's peak");
   return m;
 }
 
@@ -87,6 +98,9 @@ nlohmann::json plan_memory_to_json(const PlanMemory& m) {
           {"pool_lower_bound_bytes", m.pool_lower_bound_bytes},
           {"non_tensor_bytes", m.non_tensor},
           {"transient_bytes", m.transient},
+          {"peak_allocated_bytes", m.peak_allocated},
+          {"peak_reserved_bytes", m.peak_reserved},
+          {"cache_releases", m.cache_releases},
           {"total_bytes", m.total},
           {"capacity_bytes", m.capacity},
           {"headroom_bytes", m.headroom},

@@ -5,7 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "pool/caching_allocator.h"
+#include "planner/memory_replay.h"
 #include "simulator/compute_model.h"
 
 namespace shardplan {
@@ -158,86 +158,31 @@ std::vector<int64_t> critical_path(const Graph& g, const std::vector<double>& en
   return path;
 }
 
-struct MemoryEvent {
-  double time;
-  // At equal times frees come first (half-open lifetimes), then allocations, then the
-  // frees of buffers allocated at that same time (every op touching them took no time).
-  enum Order { free_earlier, allocate, free_same_time } order;
-  int64_t buffer;
-};
-
+// The plan's memory replay (planner/memory_replay.h), the figures `plan` reports, laid
+// on the simulated times: the host issues op i no earlier than the ops before it, so its
+// frees and allocations are drawn at the latest start so far. Samples at one time keep
+// the most (the peak of that instant).
 void simulate_memory(const Plan& plan, Timeline& t) {
-  const std::vector<BufferLifetime> spans = buffer_lifetimes(plan, t);
-  const auto num_buffers = plan.buffers.size();
-  const bool caching = plan.config.allocator != Allocator::pool;
-  CachingAllocator allocator(plan.config.allocator == Allocator::expandable);
-  // PyTorch's caching allocator reuses a freed block only for the stream it was allocated
-  // on. FSDP2 allocates the reduce-scatter's output, which becomes the sharded gradient, on
-  // its reduce-scatter stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
-  // foreach_reduce: `reduce_output` under `with device_handle.stream(reduce_scatter_stream)`;
-  // the copy-in input is the compute stream's): the gradients take their own segments,
-  // which the compute stream's activations never reuse.
-  CachingAllocator rs_pool(plan.config.allocator == Allocator::expandable);
-  const bool torch_layout = torch_fsdp_layout(plan.config);
-  auto pool_of = [&](const PlanBuffer& b) -> CachingAllocator& {
-    return torch_layout && b.role == BufferRole::main_grad ? rs_pool : allocator;
-  };
-  std::vector<int64_t> handle(num_buffers, -1);
-  int64_t persistent = 0;
-  std::vector<MemoryEvent> events;
-  for (const PlanBuffer& b : plan.buffers) {
-    const auto bi = static_cast<std::size_t>(b.id);
-    if (b.persistent) {
-      persistent += b.bytes;
-      if (caching) handle[bi] = allocator.allocate(b.bytes);
-      continue;
-    }
-    if (b.bytes <= 0 || !spans[bi].used) continue;
-    events.push_back({spans[bi].alloc, MemoryEvent::allocate, b.id});
-    events.push_back(
-        {spans[bi].free,
-         spans[bi].free > spans[bi].alloc ? MemoryEvent::free_earlier : MemoryEvent::free_same_time,
-         b.id});
-  }
-  std::sort(events.begin(), events.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
-    if (a.time != b.time) return a.time < b.time;
-    if (a.order != b.order) return a.order < b.order;
-    return a.buffer < b.buffer;
-  });
-  const int64_t base = plan.non_tensor_bytes;
-  int64_t live = 0;
-  auto sample = [&](double time) {
-    MemorySample s{.time = time};
-    if (caching) {
-      s.allocated = base + allocator.allocated() + rs_pool.allocated();
-      s.reserved = base + allocator.reserved() + rs_pool.reserved();
-    } else {
-      s.allocated = base + persistent + live;
-      s.reserved = base + persistent + plan.pool.size_bytes;
-    }
+  const MemoryReplay replay = replay_memory(plan);
+  auto sample = [&](double time, const MemoryReplay::Point& p) {
     if (!t.memory.empty() && t.memory.back().time == time) {
-      t.memory.back() = s;
+      MemorySample& last = t.memory.back();
+      last.allocated = std::max(last.allocated, p.allocated);
+      last.reserved = std::max(last.reserved, p.reserved);
     } else {
-      t.memory.push_back(s);
+      t.memory.push_back({.time = time, .allocated = p.allocated, .reserved = p.reserved});
     }
-    t.summary.peak_allocated_bytes = std::max(t.summary.peak_allocated_bytes, s.allocated);
-    t.summary.peak_reserved_bytes = std::max(t.summary.peak_reserved_bytes, s.reserved);
   };
-  sample(0);
-  for (const MemoryEvent& e : events) {
-    const PlanBuffer& b = plan.buffers[static_cast<std::size_t>(e.buffer)];
-    const auto bi = static_cast<std::size_t>(e.buffer);
-    if (e.order == MemoryEvent::allocate) {
-      live += b.bytes;
-      if (caching) handle[bi] = pool_of(b).allocate(b.bytes);
-    } else {
-      live -= b.bytes;
-      if (caching) pool_of(b).free(handle[bi]);
-    }
-    // A sample per time: the allocations at that time come after its frees, so the last
-    // state at a time is its highest.
-    sample(e.time);
+  double issued = 0;
+  sample(0, replay.points.front());
+  for (std::size_t i = 0; i < t.ops.size(); ++i) {
+    issued = std::max(issued, t.ops[i].start);
+    sample(issued, replay.points[i + 1]);
   }
+  sample(std::max(issued, t.summary.step_seconds), replay.points.back());
+  t.summary.peak_allocated_bytes = replay.peak_allocated;
+  t.summary.peak_reserved_bytes = replay.peak_reserved;
+  t.summary.fits = replay.fits;
 }
 
 }  // namespace
@@ -328,9 +273,8 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
     }
   }
 
-  simulate_memory(plan, t);
   s.capacity_bytes = plan.capacity_bytes;
-  s.fits = s.peak_reserved_bytes <= s.capacity_bytes;
+  simulate_memory(plan, t);
   return t;
 }
 

@@ -11,10 +11,9 @@ namespace shardplan {
 // Boost.Graph), each op starting when its stream is free and its dependencies are done,
 // ties broken by op id. Costs from compute_model.h; while a collective is in flight
 // compute runs 1 + overlap_slowdown times slower, and collectives on the same tier
-// share its bandwidth. Memory: transient buffers allocated when their first op starts
-// and freed when their last use is done (a use on a communication stream: when the
-// compute stream waits for it); allocator "pool" holds the plan's pool, "caching"
-// follows PyTorch's caching allocator (caching_allocator.h). The critical path is
+// share its bandwidth. Memory: the plan's buffers replayed in program order through the
+// config's allocator (planner/memory_replay.h: the peaks and verdict `plan` reports),
+// each op's sample at the latest start among the ops issued so far. The critical path is
 // walked back from the last op through whichever predecessor finished last.
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster);
 

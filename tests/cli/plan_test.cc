@@ -36,8 +36,18 @@ TEST(PlanCommand, DefaultJobSummary) {
                        m["transient_bytes"].get<double>() + m["non_tensor_bytes"].get<double>();
   EXPECT_DOUBLE_EQ(m["total_bytes"].get<double>(), total);
   EXPECT_EQ(m["fits"].get<bool>(), m["headroom_bytes"].get<double>() >= 0);
-  // With the default caching allocator the transient part is the live peak.
-  EXPECT_DOUBLE_EQ(m["transient_bytes"].get<double>(), m["pool_lower_bound_bytes"].get<double>());
+  // With the default caching allocator the total is the allocator's peak reserved, at
+  // least the live peak, and the very figure simulate reports for the same job.
+  EXPECT_GE(m["transient_bytes"].get<double>(), m["pool_lower_bound_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(m["total_bytes"].get<double>(), m["peak_reserved_bytes"].get<double>());
+  EXPECT_GE(m["peak_reserved_bytes"].get<double>(), m["peak_allocated_bytes"].get<double>());
+  const CommandResult sim = run_shardplan({"simulate", "--json"});
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const nlohmann::json s = stdout_json(sim)["summary"];
+  EXPECT_DOUBLE_EQ(s["peak_reserved_bytes"].get<double>(), m["total_bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(s["peak_allocated_bytes"].get<double>(),
+                   m["peak_allocated_bytes"].get<double>());
+  EXPECT_EQ(s["fits"].get<bool>(), m["fits"].get<bool>());
   const nlohmann::json pooled = plan_json({"--set", "allocator=pool"});
   EXPECT_DOUBLE_EQ(pooled["memory"]["transient_bytes"].get<double>(),
                    pooled["memory"]["pool_bytes"].get<double>());
