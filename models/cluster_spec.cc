@@ -222,8 +222,9 @@ ComputeSpec parse_compute(const JsonReader& r, const GpuSpec& gpu) {
   if (r.has("gemm_tables")) {
     for (const JsonReader& t : r.objects("gemm_tables")) {
       GemmTable table = parse_gemm_table(t, gpu);
-      if (find_gemm_table(c, table.precision, table.grouped) != nullptr &&
-          find_gemm_table(c, table.precision, table.grouped)->grouped == table.grouped) {
+      if (std::any_of(c.gemm_tables.begin(), c.gemm_tables.end(), [&](const GemmTable& e) {
+            return e.precision == table.precision && e.grouped == table.grouped;
+          })) {
         t.fail("precision", "a second table of this precision and kind");
       }
       c.gemm_tables.push_back(std::move(table));

@@ -1,6 +1,7 @@
 #include "models/gemm_rate.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 
@@ -37,7 +38,7 @@ double unit_seconds(const GemmShape& shape, int64_t sms, double peak_flops, doub
 }
 
 // Where a shape lies, in octaves, for carrying a measured point's ratio to its neighbours.
-std::vector<double> position(const GemmShape& s) {
+std::array<double, 4> position(const GemmShape& s) {
   const GemmShape g = one_group(s);
   return {std::log2(static_cast<double>(g.m)), std::log2(static_cast<double>(g.n)),
           std::log2(static_cast<double>(g.k)),
@@ -94,10 +95,10 @@ double gemm_seconds(const GemmTable& table, const GemmShape& shape, double peak_
   // A Gaussian of half an octave around each measured point; far from all of them the
   // model stands alone (the prior's weight, 0.05, is that of a point 1.2 octaves away).
   constexpr double kSigma = 0.5, kPriorWeight = 0.05;
-  const std::vector<double> q = position(shape);
+  const std::array<double, 4> q = position(shape);
   double weight = kPriorWeight, weighted = kPriorWeight;
   for (std::size_t i = 0; i < table.points.size(); ++i) {
-    const std::vector<double> p = position(shape_of(table.points[i]));
+    const std::array<double, 4> p = position(shape_of(table.points[i]));
     double d2 = 0;
     for (std::size_t j = 0; j < q.size(); ++j) d2 += (q[j] - p[j]) * (q[j] - p[j]);
     const double w = std::exp(-d2 / (2 * kSigma * kSigma));

@@ -116,6 +116,22 @@ int64_t CachingAllocator::find_expandable_block(int pool, int64_t size) {
   return -1;
 }
 
+int64_t CachingAllocator::split_tail(int64_t block, int64_t keep, bool mapped) {
+  const auto tail = static_cast<int64_t>(blocks_.size());
+  const Block head = blocks_[static_cast<std::size_t>(block)];
+  if (head.next >= 0) blocks_[static_cast<std::size_t>(head.next)].prev = tail;
+  blocks_.push_back(Block{.size = head.size - keep,
+                          .address = head.address + keep,
+                          .prev = block,
+                          .next = head.next,
+                          .pool = head.pool,
+                          .mapped = mapped});
+  Block& kept = blocks_[static_cast<std::size_t>(block)];
+  kept.next = tail;
+  kept.size = keep;
+  return tail;
+}
+
 bool CachingAllocator::map_block(int64_t block, int64_t size) {
   Block& b = blocks_[static_cast<std::size_t>(block)];
   Pool& p = pools_[static_cast<std::size_t>(b.pool)];
@@ -125,19 +141,8 @@ bool CachingAllocator::map_block(int64_t block, int64_t size) {
   p.unmapped.erase({b.address, block});
   b.mapped = true;
   if (mapped < b.size) {
-    const auto rest = static_cast<int64_t>(blocks_.size());
-    Block remaining{.size = b.size - mapped,
-                    .address = b.address + mapped,
-                    .prev = block,
-                    .next = b.next,
-                    .pool = b.pool,
-                    .mapped = false};
-    if (b.next >= 0) blocks_[static_cast<std::size_t>(b.next)].prev = rest;
-    blocks_.push_back(remaining);
-    Block& head = blocks_[static_cast<std::size_t>(block)];
-    head.next = rest;
-    head.size = mapped;
-    p.unmapped.emplace(remaining.address, rest);
+    const int64_t rest = split_tail(block, mapped, false);
+    p.unmapped.emplace(blocks_[static_cast<std::size_t>(rest)].address, rest);
   }
   try_merge(block, blocks_[static_cast<std::size_t>(block)].prev);
   try_merge(block, blocks_[static_cast<std::size_t>(block)].next);
@@ -266,19 +271,7 @@ int64_t CachingAllocator::allocate(int64_t bytes, int stream) {
   Block& b = blocks_[static_cast<std::size_t>(block)];
   const int64_t rest = b.size - size;
   if (small || expandable_ ? rest >= kMinBlockSize : rest > kSmallSize) {
-    const auto tail = static_cast<int64_t>(blocks_.size());
-    Block split{.size = rest,
-                .address = b.address + size,
-                .prev = block,
-                .next = b.next,
-                .pool = pool,
-                .mapped = true};
-    if (b.next >= 0) blocks_[static_cast<std::size_t>(b.next)].prev = tail;
-    blocks_.push_back(split);
-    Block& head = blocks_[static_cast<std::size_t>(block)];
-    head.next = tail;
-    head.size = size;
-    insert_free(tail);
+    insert_free(split_tail(block, size, true));
   }
   Block& used = blocks_[static_cast<std::size_t>(block)];
   used.in_use = true;

@@ -92,6 +92,9 @@ class CachingAllocator {
   void insert_free(int64_t block);
   void erase_free(int64_t block);
   int64_t take_free_block(Pool& pool, int64_t size);
+  // Keeps the first `keep` bytes in `block` and makes the rest a new block right after it
+  // (mapped or not, in no free set yet); returns the new block.
+  int64_t split_tail(int64_t block, int64_t keep, bool mapped);
   int64_t new_block(int pool, int64_t size);  // -1: over the limit
   // Expandable segments.
   int64_t find_expandable_block(int pool, int64_t size);

@@ -41,17 +41,12 @@ std::optional<double> table_seconds_per_flop(const Plan& plan, const PlanOp& op,
   if (cache == nullptr || op.segment < 0)
     return shapes_seconds_per_flop(plan, op, compute, precision, peak_flops);
   const auto segments = plan.segments.size();
-  if (cache->by_segment.size() != segments) {
-    cache->by_segment.assign(segments, {});
-    cache->known.assign(segments, {});
-  }
+  if (cache->by_segment.size() != segments) cache->by_segment.assign(segments, {});
   const auto s = static_cast<std::size_t>(op.segment);
   const std::size_t slot = static_cast<std::size_t>(precision) * 2 + (op.kind == OpKind::backward);
-  if (!cache->known[s][slot]) {
-    cache->by_segment[s][slot] = shapes_seconds_per_flop(plan, op, compute, precision, peak_flops);
-    cache->known[s][slot] = true;
-  }
-  return cache->by_segment[s][slot];
+  std::optional<std::optional<double>>& rate = cache->by_segment[s][slot];
+  if (!rate) rate = shapes_seconds_per_flop(plan, op, compute, precision, peak_flops);
+  return *rate;
 }
 
 }  // namespace

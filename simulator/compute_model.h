@@ -33,8 +33,9 @@ struct OpCost {
 // backward, per precision: every micro-batch runs the same shapes, so a caller that
 // prices a whole plan against one cluster passes one cache and each segment is priced once.
 struct GemmRateCache {
-  std::vector<std::array<std::optional<double>, 4>> by_segment;  // [precision · 2 + backward]
-  std::vector<std::array<bool, 4>> known;
+  // [segment][precision · 2 + backward]: outer nullopt until priced; inner nullopt when
+  // there is no table or no matmul shape.
+  std::vector<std::array<std::optional<std::optional<double>>, 4>> by_segment;
 };
 
 OpCost op_cost(const Plan& plan, const PlanOp& op, const ClusterSpec& cluster,

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <regex>
 #include <set>
 
 #include "models/atomic_file.h"
@@ -45,6 +44,20 @@ auto load_named(const JsonReader& r, std::string_view key, Load load) {
     if (!e.file().empty()) throw;
     r.fail(key, e.reason());
   }
+}
+
+// YYYY-MM-DD with a month 01–12 and a day 01–31.
+bool is_iso_date(const std::string& s) {
+  const auto digits = [&](std::size_t at, std::size_t n) {
+    return std::all_of(s.begin() + static_cast<std::ptrdiff_t>(at),
+                       s.begin() + static_cast<std::ptrdiff_t>(at + n),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-' || !digits(0, 4) || !digits(5, 2) ||
+      !digits(8, 2))
+    return false;
+  const int month = std::stoi(s.substr(5, 2)), day = std::stoi(s.substr(8, 2));
+  return month >= 1 && month <= 12 && day >= 1 && day <= 31;
 }
 
 PublishedRun read_run(const JsonReader& r) {
@@ -90,11 +103,13 @@ PublishedRun read_run(const JsonReader& r) {
       run.first_look.memory_gib = f.number_in("memory_gib", -1e6, 1e6);
       run.first_look.fits = f.boolean("fits");
       run.first_look.commit = f.string("commit");
-      if (!std::regex_match(run.first_look.commit, std::regex("[0-9a-f]{7,40}")))
+      const std::string& commit = run.first_look.commit;
+      if (commit.size() < 7 || commit.size() > 40 ||
+          !std::all_of(commit.begin(), commit.end(),
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
         f.fail("commit", "must be a commit hash (7 to 40 hex digits)");
       run.first_look.date = f.string("date");
-      if (!std::regex_match(run.first_look.date, std::regex("20[0-9]{2}-[01][0-9]-[0-3][0-9]")))
-        f.fail("date", "must be a date as YYYY-MM-DD");
+      if (!is_iso_date(run.first_look.date)) f.fail("date", "must be a date as YYYY-MM-DD");
     }
   }
   return run;
