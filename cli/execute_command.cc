@@ -15,6 +15,7 @@
 #include "executor/cuda_backend.h"
 #include "executor/cuda_probe.h"
 #include "executor/replay.h"
+#include "executor/watchdog.h"
 #include "models/atomic_file.h"
 #include "models/cluster_spec.h"
 #include "models/error.h"
@@ -80,23 +81,58 @@ ExecuteInputs read_inputs(const ExecuteParams& p) {
            .timeout_seconds = p.timeout_seconds}};
 }
 
+// The ranks' wait for each other, bounded like the replay (rank 0 of 2 waited in MPI_Init
+// forever for a rank stopped before it started MPI). --timeout is not checked yet when MPI
+// starts: an invalid one waits the default 600 s, and read_inputs says why it is invalid.
+double wait_limit_seconds(const ExecuteParams& p) {
+  if (!(p.timeout_seconds > 0 && p.timeout_seconds <= limits::kMaxTimeLimitSeconds)) return 600;
+  return std::max(p.timeout_seconds, 1.0);
+}
+
+// MPI's start and end are collectives too: Open MPI's MPI_Init and MPI_Finalize each wait
+// in a PMIx fence for every rank. A rank that never arrives ends the job as the replay's
+// watchdog would, naming what this rank waited in.
+Watchdog mpi_wait_watchdog(const ExecuteParams& p, const std::string& what) {
+  return Watchdog(wait_limit_seconds(p),
+                  fmt::format("rank {} of {}", launcher_rank(), launcher_size()),
+                  [what](int, int64_t) {
+                    return what + ", which waits for every rank: another rank died or hangs";
+                  });
+}
+
+int execute_ranks(const ExecuteParams& p, bool with_mpi, std::ostream& out, std::ostream& err);
+
 }  // namespace
 
 int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   // The CUDA backend runs one rank without a launcher; under mpirun or srun, MPI.
   std::optional<MpiSession> mpi;
-  if (p.backend == "cpu" || launched_by_mpi()) mpi.emplace();
+  if (p.backend == "cpu" || launched_by_mpi()) {
+    const Watchdog starting = mpi_wait_watchdog(p, "MPI's start (MPI_Init)");
+    mpi.emplace();
+  }
+  const int code = execute_ranks(p, mpi.has_value(), out, err);
+  if (mpi) {
+    const Watchdog ending = mpi_wait_watchdog(p, "MPI's end (MPI_Finalize)");
+    mpi.reset();
+  }
+  return code;
+}
+
+namespace {
+
+int execute_ranks(const ExecuteParams& p, bool with_mpi, std::ostream& out, std::ostream& err) {
   // From here on, whatever stops one rank must stop them all: the others wait for it in
   // a collective (or in NCCL's communicator setup), and MPI_Finalize would wait for them.
   // Each rank that fails alone says so, with its rank; the first MPI_Abort ends the job.
   int rank = 0, ranks = 1;
-  if (mpi) {
+  if (with_mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   }
   const std::string who = ranks > 1 ? fmt::format(" (rank {})", rank) : std::string();
   auto abort = [&](int code) {
-    if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    if (with_mpi) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   };
   // What every rank reads and checks (a flag, the plan, whether it can be replayed here):
@@ -117,8 +153,8 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
     // node) must not hang the others here, where no watchdog runs yet.
     MPI_Request request;
     MPI_Iallreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration<double>(std::max(p.timeout_seconds, 1.0));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_limit_seconds(p));
     for (int done = 0; !done;) {
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done) break;
@@ -126,7 +162,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
         err << fmt::format(
                    "shardplan: error: rank {} of {}: no progress for {:g} s while the ranks "
                    "agree on their inputs: another rank died or hangs\n",
-                   rank, ranks, std::max(p.timeout_seconds, 1.0))
+                   rank, ranks, wait_limit_seconds(p))
             << std::flush;
         abort(1);
       }
@@ -155,7 +191,7 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   try {
     // A node without a device, or whose plugin does not load, is that rank's own error.
     if (p.backend == "cuda") require_cuda_device();
-    backend = p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(mpi.has_value());
+    backend = p.backend == "cpu" ? make_cpu_backend(options) : make_cuda_backend(with_mpi);
   } catch (const std::exception& e) {
     err << "shardplan: error" << who << ": " << e.what() << "\n" << std::flush;
     abort(1);
@@ -224,6 +260,8 @@ int run_execute(const ExecuteParams& p, std::ostream& out, std::ostream& err) {
   if (!p.output.empty()) out << "wrote " << p.output << "\n";
   return 0;
 }
+
+}  // namespace
 
 Command add_execute_command(CLI::App& app) {
   auto params = std::make_shared<ExecuteParams>();

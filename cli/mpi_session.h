@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace shardplan {
@@ -49,6 +50,15 @@ inline int launcher_rank() {
     if (const char* value = std::getenv(name)) return std::atoi(value);
   }
   return 0;
+}
+
+// The number of ranks as the launcher set it (1 without a launcher), readable before MPI
+// starts.
+inline int launcher_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    if (const char* value = std::getenv(name)) return std::max(std::atoi(value), 1);
+  }
+  return 1;
 }
 
 }  // namespace shardplan

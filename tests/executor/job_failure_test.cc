@@ -75,6 +75,25 @@ TEST(JobFailure, AHungRankEndsTheJobAfterTheTimeout) {
   EXPECT_THAT(t.result.err, HasSubstr("another rank died or hangs"));
 }
 
+// Rank 1 stops before it starts: rank 0 waits in MPI_Init, Open MPI's fence over every
+// rank, which no replay watchdog covers (it hung until timeout(1) killed the job).
+TEST(JobFailure, ARankThatNeverStartsEndsTheJob) {
+  const std::string plan = tiny_plan("never_plan.json");
+  const std::string launcher = write_temp_file("rank1_never.sh",
+                                               "#!/bin/sh\n"
+                                               "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+                                               "  kill -STOP $$\n"
+                                               "fi\n"
+                                               "exec \"" SHARDPLAN_BINARY "\" \"$@\"\n");
+  ::chmod(launcher.c_str(), 0755);
+  const Timed t = mpirun_bounded(launcher, {"execute", "--plan", plan, "--timeout", "3"});
+  ASSERT_LT(t.seconds, kHung / 2) << "the job hung";
+  EXPECT_NE(t.result.exit_code, 0);
+  EXPECT_THAT(t.result.err, HasSubstr("rank 0 of 2: no progress for"));
+  EXPECT_THAT(t.result.err, HasSubstr("MPI's start (MPI_Init)"));
+  EXPECT_THAT(t.result.err, HasSubstr("another rank died or hangs"));
+}
+
 TEST(JobFailure, ADeadRankEndsTheJob) {
   const std::string plan = tiny_plan("dead_plan.json");
   const Timed t =
