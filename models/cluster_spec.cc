@@ -192,7 +192,7 @@ GemmTable parse_gemm_table(const JsonReader& r, const GpuSpec& gpu) {
     t.points.push_back(point);
   }
   if (t.points.size() < 3) r.fail("points", "a table needs at least three measured shapes");
-  fit_gemm_table(t, peak, gpu.sm_count);
+  fit_gemm_table(t, peak, gpu.sm_count, gpu.hbm_bandwidth_bytes_per_s);
   return t;
 }
 

@@ -21,36 +21,53 @@ struct GemmPoint {
   double seconds = 0;
 };
 
-// The output tile one thread block computes: cuBLAS's and CUTLASS's large Hopper/Blackwell
-// BF16 and FP8 tile (CUTLASS's sm90 examples use 128 × 256 × 64; of 128 × 128, 128 × 256
-// and 256 × 128 it fits the H200 table best, docs/model.md).
-inline constexpr int64_t kGemmTileM = 128;
-inline constexpr int64_t kGemmTileN = 256;
-
-// A GPU's measured table of one precision and its fitted kernel model. A tile of the
-// output takes 2 · tile_m · tile_n · (k + tile_overhead_k) FLOPs of one SM's share of the
-// peak at core_efficiency; a launch runs ceil(tiles ÷ SMs) + fill_waves waves (the
-// pipeline's fill and drain); a grouped table (one launch of several experts' GEMMs)
-// gets its own fit, since grouped kernels run below dense ones of the same size. Where a
-// query lies near measured points the model's ratio to them is carried over
+// A GPU's measured table of one precision and its fitted kernel model (docs/model.md,
+// "GEMMs by shape"):
+//
+//   t = launch_seconds + max(compute, memory)
+//   compute = 2 · tile_m · tile_n · work ÷ (peak ÷ SMs × core_efficiency)
+//   work    = min((ceil(tiles ÷ SMs) + fill_waves) · (k + tile_overhead_k),
+//                 (1 + split_k_fixup) · tiles · (k + tile_overhead_k) ÷ SMs
+//                   + fill_waves · (k + tile_overhead_k))
+//   memory  = bytes read and written once ÷ (HBM bandwidth × memory_efficiency)
+//
+// Waves of output tiles over the SMs (wave quantization), a per-tile cost of
+// tile_overhead_k columns of K (prologue, epilogue), fill_waves of pipeline fill per
+// launch; split-K / stream-K kernels spread a few tiles' K over every SM at a fixup cost
+// (cuBLAS's segment-K kernels), which is what lets a small-M·N, large-K GEMM run near the
+// peak; a GEMM that reads its weights for a few rows is bound by HBM; every launch costs
+// at least launch_seconds on the GPU. A grouped table (one launch of several experts'
+// GEMMs) gets its own fit, since grouped kernels run below dense ones of the same size.
+// Where a query lies near measured points the model's ratio to them is carried over
 // (gemm_seconds), so a measured shape gets its measured time.
 struct GemmTable {
   GemmPrecision precision = GemmPrecision::bf16;
   bool grouped = false;
   std::string source;
   std::vector<GemmPoint> points;
-  // Fitted by fit_gemm_table against peak_flops and sms:
-  double peak_flops = 0;  // the dense peak of `precision` the table was measured against
+  // The GPU the table was measured on, given to fit_gemm_table:
+  double peak_flops = 0;  // the dense peak of `precision`
   int64_t sms = 0;
+  double hbm_bytes_per_s = 0;  // datasheet; 0: no memory term
+  // Fitted:
+  int64_t tile_m = 128, tile_n = 256;
   double core_efficiency = 0;
   double fill_waves = 0;
   double tile_overhead_k = 0;
+  double split_k_fixup = kNoSplitK;
+  double launch_seconds = 0;
+  double memory_efficiency = 1;
   std::vector<double> residuals;  // measured ÷ model time, per point
+
+  static constexpr double kNoSplitK = 1e300;  // every tile runs its whole K
 };
 
-// Fits the table's model (least squares in log time; fill_waves and tile_overhead_k on a
-// grid, core_efficiency in closed form for each). Needs at least three points.
-void fit_gemm_table(GemmTable& table, double peak_flops, int64_t sms);
+// Fits the table's model: least squares in log time, the tile, split-K fixup, overhead
+// and fill on a grid, the launch time, memory and core efficiencies by coordinate descent
+// (with weak priors where the table's shapes cannot tell them: 4 µs and 0.8, the fits of
+// docs/research/kernels/kernel_rates.md). Needs at least three points. A table fitted
+// before (same points and GPU) is fitted once per process.
+void fit_gemm_table(GemmTable& table, double peak_flops, int64_t sms, double hbm_bytes_per_s);
 
 // Seconds the table's GPU takes for `shape` (a grouped shape splits its tokens over its
 // groups) at `peak_flops` (the power-limited peak of the table's precision); `peak_flops`
