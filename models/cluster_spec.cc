@@ -167,17 +167,34 @@ constexpr NameTable<GemmPrecision, 2> kGemmPrecisionNames = {
     {{GemmPrecision::bf16, "bf16"}, {GemmPrecision::fp8, "fp8"}}};
 
 // A measured table: {precision, grouped, source, points: [{m, n, k, groups, tflops}]},
-// fitted against the GPU's peak of that precision.
+// fitted against the GPU's peak of that precision, or against the sibling GPU it was
+// measured on (`measured_on`).
 GemmTable parse_gemm_table(const JsonReader& r, const GpuSpec& gpu) {
-  r.expect_only({"precision", "grouped", "source", "points"});
+  r.expect_only({"precision", "grouped", "source", "measured_on", "points"});
   GemmTable t;
   t.precision = parse_name(r, "precision", kGemmPrecisionNames);
   t.grouped = r.boolean_or("grouped", false);
   t.source = r.string("source");
   if (t.source.empty()) r.fail("source", "must name where the measurements come from");
-  const double peak =
+  const double own_peak =
       t.precision == GemmPrecision::fp8 ? gpu.fp8_dense_flops : gpu.bf16_dense_flops;
-  if (!(peak > 0)) r.fail("precision", "the GPU has no dense peak of this precision");
+  if (!(own_peak > 0)) r.fail("precision", "the GPU has no dense peak of this precision");
+  double peak = own_peak, hbm = gpu.hbm_bandwidth_bytes_per_s;
+  int64_t sms = gpu.sm_count;
+  if (r.has("measured_on")) {
+    // The sibling's datasheet, which its measurements are fitted against; this GPU then
+    // runs them relative_speed times as fast (at its own power limit).
+    const JsonReader m = r.object("measured_on");
+    m.expect_only({"gpu", "peak_flops", "sm_count", "hbm_bandwidth_bytes_per_s", "relative_speed"});
+    t.measured_on = m.string("gpu");
+    if (t.measured_on.empty()) m.fail("gpu", "must name the GPU the table was measured on");
+    peak = m.number_in("peak_flops", kMinFlops, kMaxFlops);
+    sms = m.integer_in("sm_count", 1, kMaxSms);
+    hbm = m.number_in("hbm_bandwidth_bytes_per_s", kMinHbmBandwidth, kMaxHbmBandwidth);
+    // A sibling GPU, not another generation: within 2x either way.
+    t.relative_speed = m.number_in("relative_speed", 0.5, 2);
+    t.reference_peak_flops = own_peak;
+  }
   for (const JsonReader& p : r.objects("points")) {
     p.expect_only({"m", "n", "k", "groups", "tflops"});
     GemmPoint point{.m = p.integer_in("m", 1, INT32_MAX),
@@ -185,14 +202,14 @@ GemmTable parse_gemm_table(const JsonReader& r, const GpuSpec& gpu) {
                     .k = p.integer_in("k", 1, INT32_MAX),
                     .groups = p.integer_in_or("groups", 1, 1 << 20, 1)};
     // A measurement above the datasheet is a wrong row, not a fast GPU.
-    const double tflops = p.number_in("tflops", 1e-3, peak / 1e12);
+    const double tflops = p.number_in("tflops", 1e-3, peak / 1e12);  // the measured GPU's
     point.seconds = 2.0 * static_cast<double>(point.m) * static_cast<double>(point.n) *
                     static_cast<double>(point.k) * static_cast<double>(point.groups) /
                     (tflops * 1e12);
     t.points.push_back(point);
   }
   if (t.points.size() < 3) r.fail("points", "a table needs at least three measured shapes");
-  fit_gemm_table(t, peak, gpu.sm_count, gpu.hbm_bandwidth_bytes_per_s);
+  fit_gemm_table(t, peak, sms, hbm);
   return t;
 }
 

@@ -268,7 +268,10 @@ double gemm_seconds(const GemmTable& table, const GemmShape& shape, double peak_
     weight += w;
     weighted += w * table.residuals[i];
   }
-  return gemm_model_seconds(table, shape) * (weighted / weight) * (table.peak_flops / peak_flops);
+  const double reference =
+      table.reference_peak_flops > 0 ? table.reference_peak_flops : table.peak_flops;
+  return gemm_model_seconds(table, shape) * (weighted / weight) * (reference / peak_flops) /
+         table.relative_speed;
 }
 
 }  // namespace shardplan

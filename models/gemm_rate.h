@@ -58,6 +58,13 @@ struct GemmTable {
   double launch_seconds = 0;
   double memory_efficiency = 1;
   std::vector<double> residuals;  // measured ÷ model time, per point
+  // A table measured on a sibling GPU (the B200 of an HGX board for the B200 of a GB200
+  // rack): its name, and how much faster this GPU runs the same shapes (a microbenchmark's
+  // ratio, never a training run's). Queries compare their peak with reference_peak_flops,
+  // this GPU's datasheet peak; 0 there means the table's own.
+  std::string measured_on;
+  double relative_speed = 1;
+  double reference_peak_flops = 0;
 
   static constexpr double kNoSplitK = 1e300;  // every tile runs its whole K
 };
@@ -71,7 +78,8 @@ void fit_gemm_table(GemmTable& table, double peak_flops, int64_t sms, double hbm
 
 // Seconds the table's GPU takes for `shape` (a grouped shape splits its tokens over its
 // groups) at `peak_flops` (the power-limited peak of the table's precision); `peak_flops`
-// above the table's scales the time down in proportion.
+// above the table's (or its reference_peak_flops) scales the time down in proportion, and a
+// table carried from a sibling GPU runs relative_speed times faster.
 double gemm_seconds(const GemmTable& table, const GemmShape& shape, double peak_flops);
 
 // The model alone, without the measured points' correction (tests, docs).

@@ -228,6 +228,29 @@ TEST(GemmRate, ClusterFilesCarryFittedTables) {
   EXPECT_EQ(find_gemm_table(c.compute, GemmPrecision::fp8, false), nullptr);
 }
 
+// A table carried from a sibling GPU (gb200-nvl72 holds the HGX B200's, measured_on it):
+// fitted against the B200's datasheet, so the same shape takes the B200's time divided by
+// the relative speed (MAMF's best shapes, 1.044), not scaled by the two datasheet peaks
+// (2500 / 2250 = 1.11).
+TEST(GemmRate, ACarriedTableRunsAtItsRelativeSpeed) {
+  const ClusterSpec b200 = load_cluster("dgx-b200", std::nullopt, std::nullopt);
+  const ClusterSpec gb200 = load_cluster("gb200-nvl72", std::nullopt, std::nullopt);
+  for (const bool grouped : {false, true}) {
+    const GemmTable* own = find_gemm_table(b200.compute, GemmPrecision::bf16, grouped);
+    const GemmTable* carried = find_gemm_table(gb200.compute, GemmPrecision::bf16, grouped);
+    ASSERT_NE(own, nullptr);
+    ASSERT_NE(carried, nullptr);
+    EXPECT_EQ(carried->grouped, grouped);
+    EXPECT_EQ(carried->measured_on, "B200 SXM (HGX, 148 SMs, 1000 W)");
+    EXPECT_DOUBLE_EQ(carried->relative_speed, 1.044);
+    EXPECT_EQ(carried->sms, 148);  // fitted on the B200, not the GB200's 152
+    const GemmShape s = grouped ? GemmShape{.m = 4096 * 8, .n = 768, .k = 2048, .groups = 16}
+                                : GemmShape{.m = 8192, .n = 4096, .k = 14336};
+    EXPECT_NEAR(gemm_seconds(*carried, s, gb200.gpu.bf16_dense_flops) * 1.044,
+                gemm_seconds(*own, s, b200.gpu.bf16_dense_flops), 1e-12);
+  }
+}
+
 TEST(GemmRate, BadTablesNameTheField) {
   const nlohmann::json p = {{"m", 4096}, {"n", 4096}, {"k", 4096}, {"tflops", 700}};
   struct Case {
@@ -252,6 +275,39 @@ TEST(GemmRate, BadTablesNameTheField) {
          {"points", {p, p, {{"m", 0}, {"n", 1}, {"k", 1}, {"tflops", 1}}}}}},
        "m",
        ""},
+      {{{{"precision", "bf16"},
+         {"source", "s"},
+         {"measured_on",
+          {{"peak_flops", 2.25e15},
+           {"sm_count", 148},
+           {"hbm_bandwidth_bytes_per_s", 7.7e12},
+           {"relative_speed", 1.0}}},
+         {"points", {p, p, p}}}},
+       "measured_on/gpu",
+       ""},
+      {{{{"precision", "bf16"},
+         {"source", "s"},
+         {"measured_on",
+          {{"gpu", "B200"},
+           {"peak_flops", 2.25e15},
+           {"sm_count", 148},
+           {"hbm_bandwidth_bytes_per_s", 7.7e12},
+           {"relative_speed", 3.0}}},
+         {"points", {p, p, p}}}},
+       "relative_speed",
+       ""},
+      // Above the sibling's peak (600 TFLOP/s on a 500 TFLOP/s GPU) is a wrong row.
+      {{{{"precision", "bf16"},
+         {"source", "s"},
+         {"measured_on",
+          {{"gpu", "small"},
+           {"peak_flops", 5e14},
+           {"sm_count", 100},
+           {"hbm_bandwidth_bytes_per_s", 2e12},
+           {"relative_speed", 1.0}}},
+         {"points", {p, p, {{"m", 1}, {"n", 1}, {"k", 1}, {"tflops", 600}}}}}},
+       "tflops",
+       "500"},
   };
   for (const Case& c : cases) {
     try {
