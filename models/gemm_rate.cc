@@ -63,10 +63,15 @@ double memory_bytes(const GemmShape& shape, GemmPrecision precision) {
          (in * (m * k + k * n) + 2 * m * n);
 }
 
-double model_seconds(double compute, double bytes, const GemmTable& t) {
+// The launch, core and memory constants of a table (or of a fit's trial).
+struct Efficiencies {
+  double launch_seconds, core_efficiency, memory_efficiency, hbm_bytes_per_s;
+};
+
+double model_seconds(double compute, double bytes, const Efficiencies& e) {
   const double memory =
-      t.hbm_bytes_per_s > 0 ? bytes / (t.hbm_bytes_per_s * t.memory_efficiency) : 0;
-  return t.launch_seconds + std::max(compute / t.core_efficiency, memory);
+      e.hbm_bytes_per_s > 0 ? bytes / (e.hbm_bytes_per_s * e.memory_efficiency) : 0;
+  return e.launch_seconds + std::max(compute / e.core_efficiency, memory);
 }
 
 // Where a shape lies, in octaves, for carrying a measured point's ratio to its neighbours.
@@ -98,10 +103,7 @@ struct Loss {
   const std::vector<double>& log_measured;
   const GemmTable& base;
   double operator()(double launch, double memory_eff, double core_eff) const {
-    GemmTable t = base;
-    t.launch_seconds = launch;
-    t.memory_efficiency = memory_eff;
-    t.core_efficiency = core_eff;
+    const Efficiencies t{launch, core_eff, memory_eff, base.hbm_bytes_per_s};
     double sse = 0;
     for (std::size_t i = 0; i < compute.size(); ++i) {
       const double r = std::log(model_seconds(compute[i], bytes[i], t)) - log_measured[i];
@@ -245,13 +247,18 @@ void fit_gemm_table(GemmTable& table, double peak_flops, int64_t sms, double hbm
   table.memory_efficiency = fit.memory_eff;
   table.core_efficiency = fit.core_eff;
   table.residuals.clear();
-  for (const GemmPoint& p : table.points)
+  table.positions.clear();
+  for (const GemmPoint& p : table.points) {
     table.residuals.push_back(p.seconds / gemm_model_seconds(table, shape_of(p)));
+    table.positions.push_back(position(shape_of(p)));
+  }
 }
 
 double gemm_model_seconds(const GemmTable& table, const GemmShape& shape) {
   return model_seconds(compute_seconds(shape, form_of(table), table.sms, table.peak_flops),
-                       memory_bytes(shape, table.precision), table);
+                       memory_bytes(shape, table.precision),
+                       {table.launch_seconds, table.core_efficiency, table.memory_efficiency,
+                        table.hbm_bytes_per_s});
 }
 
 double gemm_seconds(const GemmTable& table, const GemmShape& shape, double peak_flops) {
@@ -261,7 +268,7 @@ double gemm_seconds(const GemmTable& table, const GemmShape& shape, double peak_
   const std::array<double, 4> q = position(shape);
   double weight = kPriorWeight, weighted = kPriorWeight;
   for (std::size_t i = 0; i < table.points.size(); ++i) {
-    const std::array<double, 4> p = position(shape_of(table.points[i]));
+    const std::array<double, 4>& p = table.positions[i];
     double d2 = 0;
     for (std::size_t j = 0; j < q.size(); ++j) d2 += (q[j] - p[j]) * (q[j] - p[j]);
     const double w = std::exp(-d2 / (2 * kSigma * kSigma));

@@ -4,6 +4,7 @@
 // table of that GPU (a microbenchmark, never a training run), so that a GEMM split eight
 // ways by tensor parallelism or an expert fed a few hundred tokens runs at its own rate
 // rather than at one efficiency for every shape. docs/model.md, "GEMMs by shape".
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,6 +59,8 @@ struct GemmTable {
   double launch_seconds = 0;
   double memory_efficiency = 1;
   std::vector<double> residuals;  // measured ÷ model time, per point
+  // Where each point lies (log2 of one group's m, n, k and the groups), for gemm_seconds.
+  std::vector<std::array<double, 4>> positions;
   // A table measured on a sibling GPU (the B200 of an HGX board for the B200 of a GB200
   // rack): its name, and how much faster this GPU runs the same shapes (a microbenchmark's
   // ratio, never a training run's). Queries compare their peak with reference_peak_flops,
