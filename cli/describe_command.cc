@@ -10,6 +10,7 @@
 #include "models/model_summary.h"
 #include "models/text_format.h"
 #include "models/zoo.h"
+#include "planner/communicators.h"
 #include "planner/fsdp_config.h"
 #include "planner/memory_estimate.h"
 
@@ -66,7 +67,12 @@ void print_memory(const MemoryEstimate& e, const ClusterSpec& cluster, const Fsd
   if (e.comm_buffers > 0)
     rows.push_back({"tp/cp/ep buffers", format_bytes(e.comm_buffers), "transient peak"});
   rows.push_back({"activations", format_bytes(e.activations), "one micro-batch"});
-  rows.push_back({"non-tensor", format_bytes(e.non_tensor), "CUDA context, NCCL, cuBLAS"});
+  const DeviceOverhead overhead = device_overhead(c, cluster);
+  rows.push_back({"non-tensor", format_bytes(e.non_tensor),
+                  fmt::format("CUDA context and workspaces {}, NCCL {} ({} communicators)",
+                              format_bytes(static_cast<double>(overhead.base)),
+                              format_bytes(static_cast<double>(overhead.nccl)),
+                              overhead.communicators.size())});
   rows.push_back({"total", format_bytes(e.total), ""});
   rows.push_back({"capacity", format_bytes(e.capacity), cluster.gpu.name});
   out << render_table({"term", "bytes", "note"}, rows, {1});

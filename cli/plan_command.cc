@@ -9,6 +9,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/text_format.h"
+#include "planner/communicators.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "planner/plan_memory.h"
@@ -38,7 +39,8 @@ nlohmann::json plan_summary_json(const Plan& plan, const PlanMemory& memory,
           {"output", output}};
 }
 
-void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
+void print_plan(const Plan& plan, const PlanMemory& m, const ClusterSpec& cluster,
+                std::ostream& out) {
   const FsdpConfig& c = plan.config;
   out << fmt::format(
       "Plan: {} on {} GPUs of {}, {}, dp_shard {} × dp_outer {}{}, prefetch {}/{}, recompute {}, "
@@ -73,7 +75,7 @@ void print_plan(const Plan& plan, const PlanMemory& m, std::ostream& out) {
   rows.push_back({"pool", format_bytes(m.pool_bytes),
                   fmt::format("{}; lower bound {} (+{:.1f} %)", plan.pool.algorithm,
                               format_bytes(m.pool_lower_bound_bytes), gap)});
-  rows.push_back({"non-tensor", format_bytes(m.non_tensor), "CUDA context, NCCL, cuBLAS"});
+  rows.push_back({"non-tensor", format_bytes(m.non_tensor), describe_non_tensor(plan, cluster)});
   rows.push_back({"peak allocated", format_bytes(m.peak_allocated),
                   "persistent + most transient bytes live at once + non-tensor"});
   rows.push_back({"total", format_bytes(m.total),
@@ -127,12 +129,13 @@ int run_plan(const PlanParams& p, std::ostream& out) {
   if (p.json) {
     nlohmann::json j = plan_summary_json(plan, memory, p.output);
     add_stack_notes(job, j);
+    j["device_memory"] = device_overhead_to_json(plan, job.cluster);
     if (!p.emit.empty()) j["emit"] = {{"format", p.emit}, {"text", emitted}};
     out << json_text(j, 2) << "\n";
   } else if (!p.emit.empty()) {
     out << emitted;
   } else {
-    print_plan(plan, memory, out);
+    print_plan(plan, memory, job.cluster, out);
     if (!p.output.empty()) out << "wrote " << p.output << "\n";
   }
   return 0;

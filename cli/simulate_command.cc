@@ -10,6 +10,7 @@
 #include "models/json_reader.h"
 #include "models/text_format.h"
 #include "models/zoo.h"
+#include "planner/communicators.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_json.h"
 #include "simulator/report.h"
@@ -37,11 +38,14 @@ ClusterSpec plan_cluster(const Plan& plan, const SimulateParams& p) {
   return cluster;
 }
 
-void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
+void print_summary(const Plan& plan, const Timeline& t, const ClusterSpec& cluster,
+                   std::ostream& out) {
   const TimelineSummary& s = t.summary;
   const PathBreakdown& p = s.critical_path;
   const double step = std::max(s.step_seconds, 1e-30);
   auto share = [&](double x) { return fmt::format("{:.1f} %", 100.0 * x / step); };
+  const int64_t non_tensor = plan.non_tensor_bytes;
+  const std::string non_tensor_note = describe_non_tensor(plan, cluster);
   out << fmt::format("Predicted step: {} on {} GPUs of {} ({} allocator)\n\n", plan.model,
                      plan.num_gpus, plan.cluster, t.allocator);
   const std::vector<std::vector<std::string>> rows = {
@@ -60,10 +64,14 @@ void print_summary(const Plan& plan, const Timeline& t, std::ostream& out) {
        share(s.exposed_outer_seconds)},
       {"exposed tp/cp/ep", format_seconds(s.exposed_model_parallel_seconds),
        share(s.exposed_model_parallel_seconds)},
-      {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes)),
-       "tensors + non-tensor"},
-      {"peak reserved", format_bytes(static_cast<double>(s.peak_reserved_bytes)),
-       fmt::format("of {}: {}", format_bytes(static_cast<double>(s.capacity_bytes)),
+      {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes - non_tensor)),
+       "tensors (torch.cuda.max_memory_allocated)"},
+      {"peak reserved", format_bytes(static_cast<double>(s.peak_reserved_bytes - non_tensor)),
+       "the allocator's segments (torch.cuda.max_memory_reserved)"},
+      {"non-tensor", format_bytes(static_cast<double>(non_tensor)), non_tensor_note},
+      {"device used", format_bytes(static_cast<double>(s.peak_reserved_bytes)),
+       fmt::format("as nvidia-smi shows it; of {}: {}",
+                   format_bytes(static_cast<double>(s.capacity_bytes)),
                    s.fits ? "fits" : "does NOT fit")},
   };
   out << render_table({"", "predicted", "note"}, rows, {1});
@@ -118,10 +126,11 @@ int run_simulate(const SimulateParams& p, std::ostream& out) {
     j.erase("critical_path");
     j["config"] = fsdp_config_to_json(plan.config);
     j.update(stack_notes);
+    j["device_memory"] = device_overhead_to_json(plan, cluster);
     out << json_text(j, 2) << "\n";
     return 0;
   }
-  print_summary(plan, timeline, out);
+  print_summary(plan, timeline, cluster, out);
   for (const std::string* path : {&p.trace_out, &p.timeline_out, &p.report}) {
     if (!path->empty()) out << "wrote " << *path << "\n";
   }

@@ -152,7 +152,14 @@ constexpr NameTable<CollectiveLibrary, 2> kLibraryNames = {
     {{CollectiveLibrary::nccl, "nccl"}, {CollectiveLibrary::rccl, "rccl"}}};
 
 NcclSpec parse_nccl(const JsonReader& r) {
-  r.expect_only({"library", "base_latency_s", "collective_sms", "nvls", "ib_sharp"});
+  r.expect_only({"library", "base_latency_s", "collective_sms", "nvls", "ib_sharp", "channels",
+                 "channels_multi_node", "p2p_channels_per_peer", "nvls_channels"});
+  const NcclSpec defaults;
+  // NCCL's MAXCHANNELS (src/include/device.h): no communicator builds more.
+  constexpr int64_t kMaxChannels = 64;
+  auto channels = [&](std::string_view key, int64_t fallback) {
+    return r.integer_in_or(key, 1, kMaxChannels, fallback);
+  };
   return NcclSpec{
       .library =
           r.has("library") ? parse_name(r, "library", kLibraryNames) : CollectiveLibrary::nccl,
@@ -160,6 +167,10 @@ NcclSpec parse_nccl(const JsonReader& r) {
       .collective_sms = r.integer("collective_sms"),
       .nvls = r.boolean("nvls"),
       .ib_sharp = r.boolean("ib_sharp"),
+      .channels = channels("channels", defaults.channels),
+      .channels_multi_node = channels("channels_multi_node", defaults.channels_multi_node),
+      .p2p_channels_per_peer = channels("p2p_channels_per_peer", defaults.p2p_channels_per_peer),
+      .nvls_channels = channels("nvls_channels", defaults.nvls_channels),
   };
 }
 

@@ -78,6 +78,13 @@ struct NcclSpec {
   int64_t collective_sms = 0;  // SMs an NCCL collective kernel occupies (at least 1)
   bool nvls = false;           // NVLink SHARP (in-switch reduction)
   bool ib_sharp = false;       // InfiniBand SHARP
+  // The channels NCCL's topology search builds, which size every communicator's buffers
+  // (models/nccl_memory.h). Optional in a cluster file; the defaults are an 8 × H100
+  // NVSwitch node's, as NCCL logs them (docs/model.md "Device memory").
+  int64_t channels = 24;               // collective channels inside one NVLink domain
+  int64_t channels_multi_node = 16;    // ... of a communicator that spans domains
+  int64_t p2p_channels_per_peer = 32;  // send/recv channels to each NVLink peer
+  int64_t nvls_channels = 16;          // NVLS channels (with nvls)
 };
 
 // The physical ranges of what calibration fits: the cluster reader refuses a file outside
@@ -132,6 +139,15 @@ struct HostLinkSpec {
   std::string name;
   double bandwidth_bytes_per_s = 0;           // line rate
   double measured_bandwidth_bytes_per_s = 0;  // pinned cudaMemcpyAsync, large copies; 0: unknown
+};
+
+// Where the ranks of a collective sit: `ranks` in all, `ranks_per_node` of them on each
+// node of the NVLink domain (the last node may hold fewer).
+struct RankLayout {
+  int64_t ranks = 1;
+  int64_t ranks_per_node = 1;
+
+  int64_t nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
 };
 
 struct ClusterSpec {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/communicators.h"
 #include "planner/internal/fsdp_units.h"
 #include "planner/rank_model.h"
 #include "planner/sharding.h"
@@ -197,7 +198,7 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   });
   e.comm_buffers = 0;
   for (const auto& [role, bytes] : largest) e.comm_buffers += bytes;
-  e.non_tensor = static_cast<double>(cluster.non_tensor_bytes);
+  e.non_tensor = static_cast<double>(device_overhead(c, cluster).total());
   settle_memory_totals(e, std::nullopt, static_cast<double>(cluster.gpu.hbm_bytes));
   return e;
 }

@@ -1,5 +1,7 @@
 #include "planner/plan.h"
 
+#include <algorithm>
+
 #include "models/name_table.h"
 
 namespace shardplan {
@@ -117,6 +119,12 @@ bool is_collective(OpKind kind) {
 
 int64_t group_rank(const ProcessGroup& group, int64_t rank) {
   return rank / group.stride % group.size;
+}
+
+RankLayout group_layout(const ProcessGroup& group, int64_t gpus_per_node) {
+  const int64_t per_node = std::max<int64_t>(gpus_per_node, 1);
+  return {group.size,
+          std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
 }
 
 int64_t group_instance(const ProcessGroup& group, int64_t rank) {

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/cluster_spec.h"
 #include "models/dtype.h"
 #include "models/module_cost.h"
 #include "planner/fsdp_config.h"
@@ -83,6 +84,9 @@ struct ProcessGroup {
 
 // Rank `rank`'s position inside its instance of `group` (0 .. size-1).
 int64_t group_rank(const ProcessGroup& group, int64_t rank);
+// Where a group's members sit: `stride` apart, so a node of `gpus_per_node` consecutive
+// ranks holds gpus_per_node / stride of them (at least one, at most the group).
+RankLayout group_layout(const ProcessGroup& group, int64_t gpus_per_node);
 // Which instance of `group` holds `rank`: equal for exactly the ranks of one instance
 // (the color of MPI_Comm_split).
 int64_t group_instance(const ProcessGroup& group, int64_t rank);

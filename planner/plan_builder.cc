@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "models/error.h"
+#include "planner/communicators.h"
 #include "planner/internal/fsdp_units.h"
 #include "planner/internal/param_groups.h"
 #include "planner/internal/schedule.h"
@@ -183,7 +184,7 @@ Plan build_plan(const ModelSpec& model, const ClusterSpec& cluster, const FsdpCo
   plan.gpus_per_node = cluster.gpus_per_node;
   plan.config = c;
   plan.process_groups = mesh_process_groups(c);
-  plan.non_tensor_bytes = cluster.non_tensor_bytes;
+  plan.non_tensor_bytes = device_overhead(c, cluster).total();
   plan.capacity_bytes = cluster.gpu.hbm_bytes;
 
   const RankModel rank_model(model, c);

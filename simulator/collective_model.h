@@ -18,15 +18,6 @@ std::string_view collective_name(Collective c);
 std::optional<Collective> parse_collective(std::string_view text);
 std::vector<std::string> collective_names();
 
-// Where the ranks of a collective sit: `ranks` in all, `ranks_per_node` of them on each
-// node of the NVLink domain (the last node may hold fewer).
-struct RankLayout {
-  int64_t ranks = 1;
-  int64_t ranks_per_node = 1;
-
-  int64_t nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
-};
-
 // The predicted cost of one collective, in the nccl-tests conventions: `bytes` is the
 // size nccl-tests reports (all-gather: the gathered output; reduce-scatter: the input;
 // all-reduce: the buffer; send/recv: what each rank sends to the next, a ring shift;

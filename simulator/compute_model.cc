@@ -6,11 +6,7 @@
 namespace shardplan {
 
 RankLayout group_layout(const Plan& plan, const ProcessGroup& group) {
-  // Members `stride` apart: a node of `per_node` consecutive ranks holds per_node / stride
-  // of them (at least one, at most the group).
-  const int64_t per_node = std::max<int64_t>(plan.gpus_per_node, 1);
-  return {group.size,
-          std::clamp<int64_t>(per_node / std::max<int64_t>(group.stride, 1), 1, group.size)};
+  return group_layout(group, plan.gpus_per_node);
 }
 
 namespace {

@@ -170,21 +170,22 @@ std::vector<PublishedRun> load_published_runs(const std::string& path) {
 std::vector<FidelityRow> evaluate_published_runs(const std::vector<PublishedRun>& runs) {
   std::vector<FidelityRow> rows;
   for (const PublishedRun& run : runs) {
-    const Timeline t = simulate(build_plan(run.model, run.cluster, run.config), run.cluster);
+    const Plan plan = build_plan(run.model, run.cluster, run.config);
+    const Timeline t = simulate(plan, run.cluster);
     FidelityRow row;
     row.run = &run;
     row.label = describe_config(run.config);
     row.predicted_tokens_per_second_per_gpu = t.summary.tokens_per_second_per_gpu;
     row.predicted_mfu = t.summary.mfu;
     row.fits = t.summary.fits;
-    // The simulator's peaks count the cluster's non-tensor bytes (CUDA context, NCCL,
-    // cuBLAS); PyTorch's max_memory_reserved and max_memory_allocated do not, nvidia-smi
-    // does.
+    // The simulator's peaks count the plan's non-tensor bytes (CUDA context, workspaces,
+    // the communicators' NCCL buffers); PyTorch's max_memory_reserved and
+    // max_memory_allocated do not, nvidia-smi does.
     double bytes = static_cast<double>(run.memory_kind == MeasuredMemory::allocated
                                            ? t.summary.peak_allocated_bytes
                                            : t.summary.peak_reserved_bytes);
     if (run.memory_kind != MeasuredMemory::device)
-      bytes -= static_cast<double>(run.cluster.non_tensor_bytes);
+      bytes -= static_cast<double>(plan.non_tensor_bytes);
     row.predicted_memory_gib = bytes / kGiB;
     row.tokens_error = row.predicted_tokens_per_second_per_gpu / run.tokens_per_second_per_gpu - 1;
     if (run.memory_gib) row.memory_error = row.predicted_memory_gib / *run.memory_gib - 1;

@@ -272,8 +272,16 @@ TEST(ClustersCommandTest, DescribeCapacityIsTheClusterHbm) {
   const nlohmann::json d = stdout_json(r);
   EXPECT_EQ(d.at("memory").at("capacity_bytes").get<double>(),
             static_cast<double>(c.at("hbm_bytes").get<int64_t>()));
+  // The cluster's context and workspaces, and the job's communicators: plan says the same.
+  const CommandResult plan =
+      run_shardplan({"plan", "--model", "tiny", "--cluster", "gb200-nvl72", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const nlohmann::json device = stdout_json(plan).at("device_memory");
   EXPECT_EQ(d.at("memory").at("non_tensor_bytes").get<double>(),
-            static_cast<double>(c.at("non_tensor_bytes").get<int64_t>()));
+            device.at("non_tensor_bytes").get<double>());
+  EXPECT_EQ(device.at("breakdown").at("base_bytes").get<int64_t>(),
+            c.at("non_tensor_bytes").get<int64_t>());
+  EXPECT_GT(device.at("breakdown").at("nccl_bytes").get<int64_t>(), 0);
   EXPECT_EQ(d.at("cluster").at("gpu"), c.at("gpu"));
   // One node of the 72-GPU NVLink domain.
   EXPECT_EQ(d.at("cluster").at("num_gpus").get<int64_t>(), c.at("gpus_per_node").get<int64_t>());

@@ -133,7 +133,9 @@ TEST(PlanAndSimulateAgree, GptOss20bShapeOnEightH100WithEp8) {
   EXPECT_TRUE(b.plan.fits);
   EXPECT_GT(b.plan.cache_releases, 0);  // it fits by returning the cache
   EXPECT_LE(b.simulated.peak_reserved_bytes, cluster.gpu.hbm_bytes);
-  EXPECT_NEAR(b.plan.peak_allocated / kGiB, 67.5, 0.1);
+  // With the non-tensor bytes: the CUDA context, workspaces and the job's communicators,
+  // among them the expert all-to-all's NCCL buffers (2.85 GiB; docs/model.md "Device memory").
+  EXPECT_NEAR(b.plan.peak_allocated / kGiB, 68.9, 0.1);
   // Without recompute Megatron's layout does not fit: 80.8 GiB allocated on 79.2.
   const Both megatron = plan_and_simulate(model, cluster, {{"ep", 8}});
   EXPECT_FALSE(megatron.plan.fits);
