@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -151,9 +152,31 @@ LinkSpec parse_link(const JsonReader& r) {
 constexpr NameTable<CollectiveLibrary, 2> kLibraryNames = {
     {{CollectiveLibrary::nccl, "nccl"}, {CollectiveLibrary::rccl, "rccl"}}};
 
+// "2.19" or "2.19.3" as NCCL_VERSION_CODE; NCCL 2 from 2.0 to 2.99.
+int64_t parse_nccl_version(const JsonReader& r, std::string_view key) {
+  const std::string text = r.string(key);
+  int64_t part[3] = {0, 0, 0};
+  int parts = 0;
+  std::size_t i = 0;
+  while (parts < 3 && i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    int64_t v = 0;
+    std::size_t digits = 0;
+    for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) && digits < 3;
+         ++i, ++digits)
+      v = v * 10 + (text[i] - '0');
+    part[parts++] = v;
+    if (i < text.size() && text[i] == '.') ++i;
+  }
+  if (parts < 2 || i != text.size() || part[0] != 2 || part[1] > 99 || part[2] > 99) {
+    r.fail(key, fmt::format("{} is not an NCCL 2 version such as \"2.19\" or \"2.21.5\"",
+                            quote_input(text)));
+  }
+  return part[0] * 10000 + part[1] * 100 + part[2];
+}
+
 NcclSpec parse_nccl(const JsonReader& r) {
   r.expect_only({"library", "base_latency_s", "collective_sms", "nvls", "ib_sharp", "channels",
-                 "channels_multi_node", "p2p_channels_per_peer", "nvls_channels"});
+                 "channels_multi_node", "p2p_channels_per_peer", "nvls_channels", "version"});
   const NcclSpec defaults;
   // NCCL's MAXCHANNELS (src/include/device.h): no communicator builds more.
   constexpr int64_t kMaxChannels = 64;
@@ -171,6 +194,7 @@ NcclSpec parse_nccl(const JsonReader& r) {
       .channels_multi_node = channels("channels_multi_node", defaults.channels_multi_node),
       .p2p_channels_per_peer = channels("p2p_channels_per_peer", defaults.p2p_channels_per_peer),
       .nvls_channels = channels("nvls_channels", defaults.nvls_channels),
+      .version_code = r.has("version") ? parse_nccl_version(r, "version") : defaults.version_code,
   };
 }
 

@@ -85,6 +85,10 @@ struct NcclSpec {
   int64_t channels_multi_node = 16;    // ... of a communicator that spans domains
   int64_t p2p_channels_per_peer = 32;  // send/recv channels to each NVLink peer
   int64_t nvls_channels = 16;          // NVLS channels (with nvls)
+  // NCCL's version as NCCL_VERSION_CODE (major·10000 + minor·100 + patch): before 2.22
+  // every communicator connects its ring, tree and NVLS buffers at init, and NVLS's were
+  // larger (models/nccl_memory.h). A cluster file's "version": "2.19.3"; default 2.27.
+  int64_t version_code = 22700;
 };
 
 // The physical ranges of what calibration fits: the cluster reader refuses a file outside

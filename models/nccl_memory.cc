@@ -33,6 +33,18 @@ constexpr int64_t kNvlsSlot = 128 * 1024 * 8;
 // Send/recv across nodes share one pool per direction: 16 chunks of NCCL_P2P_NET_CHUNKSIZE
 // (128 KiB) per p2p channel (transport/net.cc shared buffers).
 constexpr int64_t kNetP2pPoolPerChannel = 16 * 128 * 1024;
+// Before 2.22 that pool is allocated at init, at NCCL_P2P_NVL_CHUNKSIZE (512 KiB) on a
+// communicator inside one node (NVIDIA/nccl PR #2366: +512 MiB with
+// NCCL_RUNTIME_CONNECT=0; 64 channels × 16 × 512 KiB).
+constexpr int64_t kEagerPoolChunkIntraNode = 512 * 1024;
+// NCCL_RUNTIME_CONNECT (2.22): buffers connected per algorithm on first use.
+constexpr int64_t kRuntimeConnectVersion = 22200;
+// NVLS buffers per channel and head before 2.22: 2.17 – 2.20 two slots of the Simple
+// buffer (4 MiB) plus 2 MiB (nvls.cc at 5d3ab08b: nvlsPerRankSize = nChannels · 2 ·
+// (buffSize + memSize)), 2.21 two slots of 1 + 2 MiB (ab2b89c4).
+constexpr int64_t kNvls221Version = 22100;
+constexpr int64_t kOldNvlsSlot = 4 * kMiB + kGranule;
+constexpr int64_t kNvls221Slot = kMiB + kGranule;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return round_up(a, b) / b;
@@ -84,7 +96,9 @@ CommunicatorBytes nccl_communicator_bytes(const NcclSpec& nccl, const Communicat
 
   b.metadata = kChannelMetadata * std::max(channels, p2p_channels) + kCommunicatorMetadata +
                (nvls ? kNvlsChannelMetadata * nccl.nvls_channels + kGranule : 0);
-  if (use.ring || use.small_all_reduce || use.bulk_all_reduce) {
+  // Before 2.22 NCCL connects the ring, the tree and NVLS at init, whatever runs.
+  const bool eager = nccl.version_code < kRuntimeConnectVersion;
+  if (eager || use.ring || use.small_all_reduce || use.bulk_all_reduce) {
     if (!multi_node) {
       b.ring = channels * kConnection;
     } else if (per_node == 1) {
@@ -94,12 +108,20 @@ CommunicatorBytes nccl_communicator_bytes(const NcclSpec& nccl, const Communicat
       b.ring = channels * kConnection + exit_channels * (kNetConnection - kGranule);
     }
   }
-  if ((use.small_all_reduce || use.bulk_all_reduce) && multi_node) {
+  if (eager && !multi_node) {
+    // The chain inside the node; with two ranks it is the ring's one peer (NVIDIA/nccl
+    // #964: 544 MB for a 2-GPU group, 688 MB for larger ones, 12 channels × 12 MiB apart).
+    if (l.ranks > 2) b.tree = channels * kConnection;
+  } else if ((eager || use.small_all_reduce || use.bulk_all_reduce) && multi_node) {
     // Inside a node the tree is a chain; the node's head ranks connect to their tree peers.
     b.tree = (per_node > 1 ? channels * kConnection : 0) +
              exit_channels * tree_peers * 2 * kNetConnection;
   }
-  if (use.bulk_all_reduce && nvls) {
+  if (nvls && eager) {
+    const int64_t slot = nccl.version_code < kNvls221Version ? kOldNvlsSlot : kNvls221Slot;
+    b.nvls = nccl.nvls_channels * 2 * slot * per_node;
+    if (multi_node) b.nvls += nccl.nvls_channels * tree_peers * 2 * kNetConnection;
+  } else if (use.bulk_all_reduce && nvls) {
     b.nvls = round_up(nccl.nvls_channels * 2 * kNvlsSlot * per_node, kGranule);
     // NVLS_TREE: every head connects to its tree peers on every NVLS channel.
     if (multi_node) b.nvls += nccl.nvls_channels * tree_peers * 2 * kNetConnection;
@@ -113,6 +135,11 @@ CommunicatorBytes nccl_communicator_bytes(const NcclSpec& nccl, const Communicat
       per_peer /= 2;
     b.p2p = use.p2p_intra_peers * per_peer * kConnection +
             (use.p2p_inter_peers > 0 ? 2 * p2p_channels * kNetP2pPoolPerChannel : 0);
+  }
+  // Before 2.22 the network pool is allocated at init (in place of the lazy one).
+  if (eager) {
+    if (use.p2p_inter_peers > 0) b.p2p -= 2 * p2p_channels * kNetP2pPoolPerChannel;
+    b.p2p += p2p_channels * 16 * (multi_node ? 128 * 1024 : kEagerPoolChunkIntraNode);
   }
   return b;
 }

@@ -125,6 +125,19 @@ TEST(ClusterFile, BadFieldsNameTheirPath) {
   j = good;
   j["nccl"]["nvls"] = "yes";
   expect_error(j, "/nccl/nvls", "true or false");
+  for (const char* bad : {"3.1", "2", "2.x", "", "2.19.3.1", "2.100"}) {
+    j = good;
+    j["nccl"]["version"] = bad;
+    expect_error(j, "/nccl/version", "is not an NCCL 2 version");
+  }
+  j = good;
+  j["nccl"]["channels"] = 65;
+  expect_error(j, "/nccl/channels", "must be in [1, 64]");
+  j = good;
+  j["nccl"]["version"] = "2.19.3";
+  EXPECT_EQ(cluster_from_json(j, "my-cluster.json").nccl.version_code, 21903);
+  j["nccl"]["version"] = "2.21";
+  EXPECT_EQ(cluster_from_json(j, "my-cluster.json").nccl.version_code, 22100);
   j = good;
   j["compute"]["gemm_efficiency"] = 1.5;
   expect_error(j, "/compute/gemm_efficiency", "must be in [0.01, 1], got 1.5");

@@ -115,5 +115,28 @@ TEST(NcclMemory, MoreChannelsMoreMemory) {
   EXPECT_EQ(nccl_communicator_bytes(b200, ring(8, 8)).total(), (246 + 384) * kMiB);
 }
 
+TEST(NcclMemory, BeforeRuntimeConnectEveryCommunicatorConnectsEverythingAtInit) {
+  // NCCL 2.20 on 8 × H100, a communicator that only gathers: the ring 288 MiB, the tree's
+  // chain 288 MiB, NVLS 16 channels × 2 × (4 + 2) MiB × 8 heads = 1536 MiB, and the network
+  // pool 32 channels × 16 × 512 KiB = 256 MiB, beside the 230 MiB of metadata.
+  NcclSpec old = h100();
+  old.version_code = 22005;
+  const CommunicatorBytes b = nccl_communicator_bytes(old, ring(8, 8));
+  EXPECT_EQ(b.ring, 288 * kMiB);
+  EXPECT_EQ(b.tree, 288 * kMiB);
+  EXPECT_EQ(b.nvls, 1536 * kMiB);
+  EXPECT_EQ(b.p2p, 256 * kMiB);
+  EXPECT_EQ(b.total(), 2598 * kMiB);
+  // 2.21 shrank NVLS's slots to 1 + 2 MiB: 768 MiB.
+  old.version_code = 22105;
+  EXPECT_EQ(nccl_communicator_bytes(old, ring(8, 8)).nvls, 768 * kMiB);
+  // Two ranks: the tree's one peer is the ring's (no chain), NVLS over 2 heads.
+  old.version_code = 21903;
+  const CommunicatorBytes pair = nccl_communicator_bytes(old, ring(2, 8));
+  EXPECT_EQ(pair.tree, 0);
+  EXPECT_EQ(pair.nvls, 384 * kMiB);
+  EXPECT_EQ(pair.total(), (230 + 288 + 384 + 256) * kMiB);
+}
+
 }  // namespace
 }  // namespace shardplan
