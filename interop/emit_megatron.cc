@@ -2,6 +2,7 @@
 // settings by Megatron's argument name (dest); reading the text back through
 // read_megatron_args / read_megatron_bridge gives the same model and config.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "interop/internal/emit.h"
 #include "interop/internal/megatron.h"
@@ -254,6 +255,8 @@ void step_settings(const FsdpConfig& c, Settings& s) {
       break;
     case Recompute::selective:
       s.set("recompute_granularity", "selective");
+      if (c.recompute_modules != RecomputeModules{})
+        s.set("recompute_modules", recompute_module_list(c.recompute_modules));
       break;
     case Recompute::sac_op:
     case Recompute::sac_layer:
@@ -309,6 +312,11 @@ std::string float_text(double x) {
 }
 
 std::string shell_value(const nlohmann::json& v) {
+  if (v.is_array()) {  // nargs '*': the words one after another
+    std::vector<std::string> words;
+    for (const nlohmann::json& e : v) words.push_back(shell_value(e));
+    return fmt::format("{}", fmt::join(words, " "));
+  }
   if (v.is_string()) {
     const std::string text = v.get<std::string>();
     return text.find_first_of("()[]*+ ") == std::string::npos ? text : "'" + text + "'";

@@ -30,6 +30,7 @@ const std::map<std::string, std::string, std::less<>>& megatron_dests() {
       {"grad_accum", "global_batch_size"},
       {"seq_len", "seq_length"},
       {"recompute", "recompute_granularity"},
+      {"recompute_modules", "recompute_modules"},
       {"fp8", "fp8"},
       {"fp8_recipe", "fp8_recipe"},
       {"fp8_param_gather", "fp8_param_gather"},

@@ -3,6 +3,7 @@
 // Megatron-LM's at d98e8a6 (megatron/training/arguments.py and the dataclasses it
 // generates flags from); docs/user-guide.md "From your training script" lists the mapping.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "models/error.h"
 #include "models/json_reader.h"
 #include "models/limits.h"
+#include "models/module_cost.h"
 #include "models/suggest.h"
 
 namespace shardplan {
@@ -292,11 +294,30 @@ void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
   if (!granularity) return;
   if (*granularity == "selective") {
     c["recompute"] = "selective";
+    // Megatron's default list is core_attn alone (transformer_config.py); an explicit empty
+    // list re-runs nothing.
+    if (!r.has("recompute_modules")) return;
     const std::vector<std::string> modules = r.texts("recompute_modules");
-    if (std::any_of(modules.begin(), modules.end(),
-                    [](const auto& m) { return m != "core_attn"; })) {
-      r.not_modelled("recompute_modules", "only core_attn recompute is modelled");
+    const std::vector<std::string> known = recompute_module_names();
+    for (const std::string& m : modules) {
+      if (std::find(known.begin(), known.end(), m) == known.end()) {
+        r.fail("recompute_modules",
+               fmt::format("{} is not a recompute module shardplan models ({})", quote_input(m),
+                           fmt::join(known, ", ")));
+      }
     }
+    const bool delayed_fp8 =
+        r.text("fp8").has_value() && r.text("fp8_recipe").value_or("delayed") == "delayed";
+    for (const char* refused : {"layernorm", "moe_act"}) {
+      if (delayed_fp8 && std::find(modules.begin(), modules.end(), refused) != modules.end()) {
+        r.fail("recompute_modules",
+               fmt::format("{} is refused under FP8 delayed scaling (\"Delayed scaling does not "
+                           "support moe_act and layernorm recompute for fp8\", Megatron's "
+                           "transformer_config.py)",
+                           refused));
+      }
+    }
+    c["recompute_modules"] = modules;
     return;
   }
   if (*granularity != "full") {
@@ -304,6 +325,8 @@ void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
            fmt::format("{} is not full or selective", quote_input(*granularity)));
   }
   c["recompute"] = "full";
+  // Megatron reads the module list only under selective.
+  if (r.has("recompute_modules")) r.use("recompute_modules");
   // TransformerConfig.__post_init__ raises without a method and a layer count.
   const std::optional<std::string> method_given = r.text("recompute_method");
   const std::optional<int64_t> layers_given = r.integer("recompute_num_layers");

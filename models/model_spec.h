@@ -61,22 +61,61 @@ struct ModuleComm {
   bool fp8_gemm_input = false;
 };
 
+// Megatron-Core's --recompute-modules, read under --recompute-granularity selective
+// (transformer_config.py at Megatron-LM d98e8a6; docs/research/recompute_modules.md).
+// core_attn is shardplan's selective recompute (selective_recompute below). layernorm,
+// moe_act and mla_up_proj discard an output once its consumer has run and re-create it
+// before the consumer's backward (CheckpointWithoutOutput); mlp, moe and shared_experts
+// checkpoint their module whole and re-run its forward, collectives included.
+enum class RecomputeModule : uint8_t {
+  core_attn,
+  layernorm,
+  moe_act,
+  mla_up_proj,
+  mlp,
+  moe,
+  shared_experts
+};
+
+// A set of them; Megatron's default under selective is {core_attn}.
+struct RecomputeModules {
+  uint8_t bits = 1;  // core_attn
+
+  bool has(RecomputeModule m) const { return (bits >> static_cast<int>(m)) & 1U; }
+  void add(RecomputeModule m) { bits = static_cast<uint8_t>(bits | (1U << static_cast<int>(m))); }
+  bool operator==(const RecomputeModules&) const = default;
+};
+
+// What one of those modules takes from this module's saved activations when it is
+// listed: `dropped` stops being saved (it is re-created in backward, one layer at a
+// time), and with `reruns` this module's forward (its FLOPs, its memory traffic and its
+// forward collectives) runs again inside backward; `rerun_io_elements_per_token` is
+// memory-bound work the re-run adds beyond that (MLA's RoPE and concatenations, which
+// shardplan counts in core attention's traffic).
+struct RecomputeDrop {
+  RecomputeModule module = RecomputeModule::core_attn;
+  Footprint dropped;
+  bool reruns = false;
+  double rerun_io_elements_per_token = 0;
+};
+
 // Cost of one module's own work, per token of the micro-batch. Terms marked "ctx" scale
 // also with the sequence length (core attention), so they grow as b·s².
 struct ModuleCost {
   ComputeKind kind = ComputeKind::none;
-  double fwd_flops_per_token = 0;         // matmuls: 2·m·n·k per token
-  double fwd_flops_per_token_ctx = 0;     // × seq_len; counted as if non-causal
-  bool causal = false;                    // causal masking: executed ctx FLOPs are halved
-  double bwd_flops_factor = 2.0;          // executed backward FLOPs ÷ forward FLOPs
-  double fwd_io_elements_per_token = 0;   // activation elements read + written (memory-bound work)
-  Footprint saved_per_token;              // saved for backward, recompute none
-  Footprint saved_per_token_ctx;          // × seq_len (attention probabilities without flash)
-  bool selective_recompute = false;       // re-run under recompute: selective
-  Footprint selective_kept_per_token;     // what stays saved when re-run selectively
-  bool sac_op_recompute = false;          // re-run under sac_op (an even-numbered matmul)
-  Footprint sac_op_kept_per_token;        // what stays saved under sac_op (0 outside a layer)
-  Footprint output_per_token;             // a matmul's output (sac_op keeps the odd ones')
+  double fwd_flops_per_token = 0;        // matmuls: 2·m·n·k per token
+  double fwd_flops_per_token_ctx = 0;    // × seq_len; counted as if non-causal
+  bool causal = false;                   // causal masking: executed ctx FLOPs are halved
+  double bwd_flops_factor = 2.0;         // executed backward FLOPs ÷ forward FLOPs
+  double fwd_io_elements_per_token = 0;  // activation elements read + written (memory-bound work)
+  Footprint saved_per_token;             // saved for backward, recompute none
+  Footprint saved_per_token_ctx;         // × seq_len (attention probabilities without flash)
+  bool selective_recompute = false;      // re-run under recompute: selective
+  Footprint selective_kept_per_token;    // what stays saved when re-run selectively
+  std::vector<RecomputeDrop> recompute_drops;  // under Megatron's other recompute_modules
+  bool sac_op_recompute = false;               // re-run under sac_op (an even-numbered matmul)
+  Footprint sac_op_kept_per_token;             // what stays saved under sac_op (0 outside a layer)
+  Footprint output_per_token;                  // a matmul's output (sac_op keeps the odd ones')
   Footprint grad_output_per_token;        // its gradient as it arrives (a sequence-parallel shard)
   Footprint eager_extra_saved_per_token;  // what eager PyTorch keeps beyond fused kernels
   // Activation elements eager PyTorch's unfused kernels read and write beyond the fused

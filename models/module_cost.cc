@@ -1,5 +1,8 @@
 #include "models/module_cost.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -19,6 +22,15 @@ constexpr NameTable<Recompute, 5> kRecomputeNames = {{{Recompute::none, "none"},
                                                       {Recompute::full, "full"},
                                                       {Recompute::sac_op, "sac_op"},
                                                       {Recompute::sac_layer, "sac_layer"}}};
+
+constexpr NameTable<RecomputeModule, 7> kRecomputeModuleNames = {
+    {{RecomputeModule::core_attn, "core_attn"},
+     {RecomputeModule::layernorm, "layernorm"},
+     {RecomputeModule::moe_act, "moe_act"},
+     {RecomputeModule::mla_up_proj, "mla_up_proj"},
+     {RecomputeModule::mlp, "mlp"},
+     {RecomputeModule::moe, "moe"},
+     {RecomputeModule::shared_experts, "shared_experts"}}};
 
 constexpr NameTable<LossKernel, 3> kLossKernels = {{{LossKernel::upcast, "upcast"},
                                                     {LossKernel::native, "native"},
@@ -85,6 +97,46 @@ Stack parse_stack(std::string_view text, const std::string& file, const std::str
 
 std::vector<std::string> stack_names() {
   return names_of(kStackNames);
+}
+
+std::string_view recompute_module_name(RecomputeModule module) {
+  return name_of(kRecomputeModuleNames, module);
+}
+
+std::vector<std::string> recompute_module_names() {
+  return names_of(kRecomputeModuleNames);
+}
+
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& names,
+                                         const std::string& file, const std::string& field) {
+  RecomputeModules out{.bits = 0};
+  for (const std::string& name : names) {
+    if (auto m = value_of(kRecomputeModuleNames, name)) {
+      out.add(*m);
+      continue;
+    }
+    // Megatron's modules for Gated DeltaNet and hyper-connections, architectures
+    // shardplan's models do not have (transformer_config.py:1943-1962).
+    for (std::string_view other : {"gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"}) {
+      if (name == other) {
+        throw InputError(file, field,
+                         fmt::format("'{}' recomputes part of an architecture shardplan does not "
+                                     "model; known: {}",
+                                     name, fmt::join(recompute_module_names(), ", ")));
+      }
+    }
+    throw InputError(file, field,
+                     unknown_name_message("recompute module", name, recompute_module_names()));
+  }
+  return out;
+}
+
+std::vector<std::string> recompute_module_list(RecomputeModules modules) {
+  std::vector<std::string> out;
+  for (const auto& [m, name] : kRecomputeModuleNames) {
+    if (modules.has(m)) out.emplace_back(name);
+  }
+  return out;
 }
 
 bool recomputes_whole_modules(Recompute recompute) {
@@ -179,12 +231,82 @@ std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& sha
   return out;
 }
 
-double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute) {
+bool reruns_selectively(const Module& m, const BatchShape& shape) {
+  if (m.cost.selective_recompute && shape.recompute_modules.has(RecomputeModule::core_attn))
+    return true;
+  return std::any_of(
+      m.cost.recompute_drops.begin(), m.cost.recompute_drops.end(),
+      [&](const RecomputeDrop& d) { return d.reruns && shape.recompute_modules.has(d.module); });
+}
+
+double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute,
+                       std::optional<ComputeKind> kind) {
   if (recompute != Recompute::selective && recompute != Recompute::sac_op) return 0.0;
   return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    if (kind && m.cost.kind != *kind) return 0.0;
     const bool rerun =
-        recompute == Recompute::selective ? m.cost.selective_recompute : m.cost.sac_op_recompute;
+        recompute == Recompute::selective ? reruns_selectively(m, shape) : m.cost.sac_op_recompute;
     return rerun ? own_forward_flops(m, shape, true) * tokens_of(shape) * s : 0.0;
+  });
+}
+
+double recompute_io_bytes(const Module& module, const BatchShape& shape, Recompute recompute) {
+  if (recompute != Recompute::selective) return 0.0;
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    double elements = 0;
+    for (const RecomputeDrop& d : m.cost.recompute_drops) {
+      if (shape.recompute_modules.has(d.module)) elements += d.rerun_io_elements_per_token;
+    }
+    // Core attention's re-run is timed as attention FLOPs, as its forward is.
+    if (m.cost.kind != ComputeKind::attention && reruns_selectively(m, shape)) {
+      elements += m.cost.fwd_io_elements_per_token;
+    }
+    return elements * tokens_of(shape) * s * static_cast<double>(shape.activation_bytes);
+  });
+}
+
+namespace {
+
+// What `m` saves under selective recompute before the listed modules other than core_attn
+// take their part (per token, without the per-position attention terms).
+// What `m` saves without recompute, per token (without the per-position attention terms).
+Footprint own_saved(const Module& m, const BatchShape& shape) {
+  Footprint saved =
+      native_loss(m, shape) ? m.cost.native_loss_saved_per_token : m.cost.saved_per_token;
+  if (shape.stack == Stack::torch_eager) saved += m.cost.eager_extra_saved_per_token;
+  return saved;
+}
+
+// ... and under selective recompute before the listed modules other than core_attn take
+// their part.
+Footprint selective_base(const Module& m, const BatchShape& shape) {
+  if (m.cost.selective_recompute && shape.recompute_modules.has(RecomputeModule::core_attn)) {
+    return m.cost.selective_kept_per_token;
+  }
+  return own_saved(m, shape);
+}
+
+// What the listed recompute_modules other than core_attn take from `base`: several may
+// name the same bytes (moe and moe_act both drop the experts' fc2 input), so the union is
+// capped at what there is.
+Footprint dropped_by_modules(const Module& m, const BatchShape& shape, const Footprint& base) {
+  Footprint out;
+  for (const RecomputeDrop& d : m.cost.recompute_drops) {
+    if (shape.recompute_modules.has(d.module)) out += d.dropped;
+  }
+  out.elements = std::min(out.elements, base.elements);
+  out.fixed_bytes = std::min(out.fixed_bytes, base.fixed_bytes);
+  return out;
+}
+
+}  // namespace
+
+double recompute_dropped_bytes(const Module& module, const BatchShape& shape, Recompute recompute) {
+  if (recompute != Recompute::selective) return 0.0;
+  const double tokens = tokens_of(shape);
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    return dropped_by_modules(m, shape, selective_base(m, shape)).bytes(shape.activation_bytes) *
+           tokens * s;
   });
 }
 
@@ -207,16 +329,16 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
     if (recompute == Recompute::sac_op) {
       return m.cost.sac_op_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
     }
-    if (recompute == Recompute::selective && m.cost.selective_recompute) {
-      return m.cost.selective_kept_per_token.bytes(shape.activation_bytes) * tokens * s;
-    }
-    Footprint saved =
-        native_loss(m, shape) ? m.cost.native_loss_saved_per_token : m.cost.saved_per_token;
-    if (shape.stack == Stack::torch_eager) saved += m.cost.eager_extra_saved_per_token;
-    return (saved.bytes(shape.activation_bytes) +
-            m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
-                static_cast<double>(shape.seq_len)) *
-           tokens * s;
+    const bool selective = recompute == Recompute::selective;
+    const Footprint base = selective ? selective_base(m, shape) : own_saved(m, shape);
+    const double dropped =
+        selective ? dropped_by_modules(m, shape, base).bytes(shape.activation_bytes) : 0.0;
+    const bool core_rerun = selective && m.cost.selective_recompute &&
+                            shape.recompute_modules.has(RecomputeModule::core_attn);
+    const double ctx = core_rerun ? 0.0
+                                  : m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
+                                        static_cast<double>(shape.seq_len);
+    return (base.bytes(shape.activation_bytes) - dropped + ctx) * tokens * s;
   });
 }
 

@@ -24,6 +24,16 @@ std::string_view recompute_name(Recompute recompute);
 bool recomputes_whole_modules(Recompute recompute);
 Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
+// Megatron's recompute module names ("core_attn", "layernorm", ...), in Megatron's order.
+std::string_view recompute_module_name(RecomputeModule module);
+std::vector<std::string> recompute_module_names();
+// A list of names as a set; an unknown name or a module Megatron has and shardplan does
+// not model (gdn_norm_out, mhc, ...) is refused at file/field.
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& names,
+                                         const std::string& file, const std::string& field);
+// The set's names in Megatron's order.
+std::vector<std::string> recompute_module_list(RecomputeModules modules);
+
 // The software that runs the model, as far as it changes what a kernel keeps, holds or
 // reaches: megatron-te, Megatron with Transformer Engine's fused kernels (fused SwiGLU,
 // cuDNN/FlashAttention-3 attention, the vocabulary-parallel fused cross entropy);
@@ -62,6 +72,9 @@ struct BatchShape {
   // composite.
   bool fused_rms_norm = true;
   LossKernel loss_kernel = LossKernel::upcast;  // the PyTorch stacks' cross entropy
+  // What selective recompute re-runs (Megatron's recompute_modules; core_attn alone is
+  // the selective recompute of Korthikanti et al.).
+  RecomputeModules recompute_modules;
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }
@@ -103,15 +116,28 @@ struct GemmShape {
 std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& shape);
 
 // Forward FLOPs of the modules re-run inside backward under selective or sac_op
-// recompute (0 under the others: whole modules re-run as their own forward).
-double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute);
+// recompute (0 under the others: whole modules re-run as their own forward); with `kind`,
+// only those of modules of that kind.
+double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute,
+                       std::optional<ComputeKind> kind = std::nullopt);
+// Whether `m` re-runs its own forward inside backward under selective recompute with the
+// shape's recompute_modules (its collectives too).
+bool reruns_selectively(const Module& m, const BatchShape& shape);
+// Activation bytes the selective re-run's memory-bound work reads and writes (norms,
+// activations re-run by recompute_modules), on one micro-batch; 0 under other modes.
+double recompute_io_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
+// Bytes selective recompute stops saving in `module`'s subtree through recompute_modules
+// other than core_attn: its backward re-creates them (one layer's at a time).
+double recompute_dropped_bytes(const Module& module, const BatchShape& shape, Recompute recompute);
 // Model FLOPs of one training pass in the PaLM/Megatron convention used for MFU: 3× the
 // forward, no causal discount, no recompute (PaLM, Chowdhery et al. 2022, App. B).
 double model_training_flops(const Module& module, const BatchShape& shape);
 
 // Bytes of activations `module` keeps from its forward until its backward, for one
 // micro-batch. With Recompute::full the module is one checkpointed region and keeps only
-// its input; with selective, modules marked `selective_recompute` keep only their inputs;
+// its input; with selective, modules marked `selective_recompute` keep only their inputs
+// (with core_attn among the shape's recompute_modules) and the other listed modules take
+// their recompute_drops;
 // with sac_op every module keeps its `sac_op_kept_per_token` (a region the builder marked:
 // a decoder layer). sac_layer is decided per module by the caller (full or none).
 double saved_activation_bytes(const Module& module, const BatchShape& shape, Recompute recompute);

@@ -64,6 +64,30 @@ Footprint scaled(Footprint f, double divisor) {
   return f;
 }
 
+void add_drop(Module& m, RecomputeModule which, Footprint dropped, bool reruns,
+              double rerun_io_elements = 0) {
+  m.cost.recompute_drops.push_back({.module = which,
+                                    .dropped = dropped,
+                                    .reruns = reruns,
+                                    .rerun_io_elements_per_token = rerun_io_elements});
+}
+
+// A normal checkpoint around `m` (Megatron's mlp, moe and shared_experts recompute
+// modules: tensor_parallel.checkpoint keeps the module's input and re-runs its whole
+// forward, collectives included): every module of the subtree stops saving what it saves,
+// but `kept` of the one named `keep_in` (a residual dropout mask, which the layer's
+// bias-dropout-add outside the module keeps).
+void checkpoint_whole(Module& m, RecomputeModule which, const std::string& keep_in = "",
+                      Footprint kept = {}) {
+  Footprint dropped = m.cost.saved_per_token;
+  if (m.name == keep_in) {
+    dropped.elements -= kept.elements;
+    dropped.fixed_bytes -= kept.fixed_bytes;
+  }
+  add_drop(m, which, dropped, true);
+  for (Module& child : m.children) checkpoint_whole(child, which, keep_in, kept);
+}
+
 // A Linear y = x·Wᵀ (+ b): 2·in·out FLOPs per token; it saves its input for the weight
 // gradient unless a sibling already saved the same tensor (`saves_input` false). Under
 // tensor parallelism a column-parallel layer keeps its input as the sequence-parallel
@@ -346,13 +370,16 @@ Module activation(const std::string& name, MlpKind kind, int64_t ffn) {
 // false when another module (the router) already saved the same normed input;
 // `extra_down_saved` adds what the MoE combine keeps. `block` says whether the MLP is a
 // tensor-parallel block of its own (a dense layer's) or an expert inside the MoE block,
-// whose collectives the MoE module runs once for all experts.
+// whose collectives the MoE module runs once for all experts. `checkpointed_by`: the
+// Megatron recompute modules that checkpoint this MLP whole.
 Module mlp(const std::string& name, const std::string& type, const TransformerArch& a, int64_t ffn,
-           bool saves_input, Footprint extra_down_saved, const Ranks& r, bool block) {
+           bool saves_input, Footprint extra_down_saved, const Ranks& r, bool block,
+           const std::vector<RecomputeModule>& checkpointed_by = {}) {
   const int64_t h = a.hidden_size;
   Module m{.name = name, .type = type};
   Footprint down_extra = extra_down_saved;
-  if (a.dropout) down_extra += fixed(d(h));
+  const Footprint mask = a.dropout ? fixed(d(h)) : Footprint{};
+  down_extra += mask;
   if (a.mlp == MlpKind::swiglu) {
     m.children.push_back(linear(join(name, "gate_proj"), h, ffn, a.bias, a.dtype, saves_input, {},
                                 Split::column, r));
@@ -370,6 +397,10 @@ Module mlp(const std::string& name, const std::string& type, const TransformerAr
   }
   m.cost.input_per_token = elements(d(h) / r.seq);
   if (block) m.cost.comms = block_comms(r, h);
+  // The residual dropout's mask belongs to the layer's bias-dropout-add, outside the module.
+  for (RecomputeModule which : checkpointed_by) {
+    checkpoint_whole(m, which, m.children.back().name, scaled(mask, r.seq));
+  }
   return m;
 }
 
@@ -473,7 +504,7 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   // The rank's experts as grouped GEMMs: one module whose weights stack them.
   const int64_t local_experts = a.num_experts / r.ep;
   Module grouped = mlp(join(name, "experts"), "Expert", a, a.moe_ffn_hidden_size, true, fixed(4.0),
-                       experts, false);
+                       experts, false, {RecomputeModule::moe});
   grouped.cost.token_fraction = routed;
   for (Module& child : grouped.children) {
     if (child.parameters.empty()) continue;
@@ -483,8 +514,15 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   m.children.push_back(std::move(grouped));
   if (a.num_shared_experts > 0) {
     m.children.push_back(mlp(join(name, "shared_experts"), "SharedExpert", a,
-                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, true));
+                             a.num_shared_experts * a.moe_ffn_hidden_size, false, {}, r, true,
+                             {RecomputeModule::moe, RecomputeModule::shared_experts}));
   }
+  // Megatron's moe recompute checkpoints the whole layer (router, dispatch, experts,
+  // combine) and keeps its input, the normed hidden state the router saves.
+  Module& router_module = m.children.front();
+  add_drop(router_module, RecomputeModule::moe,
+           fixed(router_module.cost.saved_per_token.fixed_bytes), true);
+  add_drop(m, RecomputeModule::moe, {}, true);
   m.cost.input_per_token = elements(d(h) / r.seq);
   const double copies = deduplicates_tokens(r.moe_dispatcher) ? distinct_rank_share(a, r.ep) : 1.0;
   m.cost.comms = dispatch_comms(r, h, routed, copies);
@@ -534,6 +572,74 @@ void mark_sac_op(Module& layer, const Ranks& r) {
   layer.cost.sac_op_kept_per_token = elements(r.tp > 1 && r.sequence_parallel ? 3.0 * h : h);
 }
 
+// The Megatron recompute modules that act on a layer's norms and on what lies between its
+// modules, as Megatron's TE layer spec builds it (gpt_layer_specs.py at d98e8a6;
+// docs/research/recompute_modules.md): children input norm, attention, pre-MLP norm, MLP.
+void mark_recompute_modules(Module& layer, const TransformerArch& a, bool is_moe) {
+  Module& input_norm = layer.children[0];
+  Module& attn = layer.children[1];
+  Module& pre_mlp_norm = layer.children[2];
+  Module& ffn = layer.children[3];
+  auto stats = [](const Module& norm) { return fixed(norm.cost.saved_per_token.fixed_bytes); };
+  auto saved_input = [](const Module& linear) {
+    return elements(linear.cost.saved_per_token.elements);
+  };
+  auto child = [](Module& parent, const std::string& local) -> Module* {
+    for (Module& c : parent.children) {
+      if (c.name == join(parent.name, local)) return &c;
+    }
+    return nullptr;
+  };
+  // layernorm: only norms that are modules of their own. The spec fuses the input norm
+  // into the QKV linear (and a dense layer's pre-MLP norm into fc1); MLA without
+  // down-projection fusion and MoE layers keep them apart. The norm re-runs; what it
+  // stops saving is its statistics and its output, which its consumer saved (MLA's
+  // first down projection; the router).
+  if (a.mla()) {
+    add_drop(input_norm, RecomputeModule::layernorm, stats(input_norm), true);
+    add_drop(attn.children.front(), RecomputeModule::layernorm, saved_input(attn.children.front()),
+             false);
+  }
+  if (is_moe) {
+    add_drop(pre_mlp_norm, RecomputeModule::layernorm, stats(pre_mlp_norm), true);
+    add_drop(ffn.children.front(), RecomputeModule::layernorm, saved_input(ffn.children.front()),
+             false);
+    // moe_act: the experts' activation re-runs and fc2 stops saving its input (fc1's
+    // output, which the activation keeps, stays; experts.py:1019-1030).
+    Module& experts = ffn.children[1];
+    for (Module& c : experts.children) {
+      if (c.parameters.empty()) add_drop(c, RecomputeModule::moe_act, {}, true);
+    }
+    add_drop(experts.children.back(), RecomputeModule::moe_act,
+             saved_input(experts.children.back()), false);
+  } else {
+    // mlp: the checkpoint's input is the residual, before the norm fused into fc1.
+    add_drop(pre_mlp_norm, RecomputeModule::mlp, stats(pre_mlp_norm), true);
+  }
+  if (a.mla()) {
+    // mla_up_proj: the up projections (with their latent norms, qk_layernorm) and RoPE
+    // re-run; core attention's Q, K and V are not saved (multi_latent_attention.py:855-990).
+    for (const char* norm_name : {"q_a_layernorm", "kv_a_layernorm"}) {
+      if (Module* n = child(attn, norm_name)) {
+        add_drop(*n, RecomputeModule::mla_up_proj, stats(*n), true);
+      }
+    }
+    for (const char* up : {"q_b_proj", "kv_b_proj"}) {
+      if (Module* p = child(attn, up)) {
+        add_drop(*p, RecomputeModule::mla_up_proj, saved_input(*p), true);
+      }
+    }
+    // Without a query latent q_proj is the query's up projection; its input (the normed
+    // hidden state) stays, saved for the key-value down projection.
+    if (Module* q = child(attn, "q_proj")) add_drop(*q, RecomputeModule::mla_up_proj, {}, true);
+    if (Module* core = child(attn, "core_attention")) {
+      const Footprint qkv = core->cost.selective_kept_per_token;
+      // RoPE and the concatenations read and write Q, K and V again.
+      add_drop(*core, RecomputeModule::mla_up_proj, qkv, false, 2.0 * qkv.elements);
+    }
+  }
+}
+
 Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   const std::string name = fmt::format("layers.{}", index);
   const bool is_moe = a.num_experts > 0 && a.moe_layers[static_cast<std::size_t>(index)];
@@ -545,9 +651,10 @@ Module decoder_layer(int64_t index, const TransformerArch& a, const Ranks& r) {
   if (is_moe) {
     layer.children.push_back(moe(join(name, "mlp"), a, r));
   } else {
-    layer.children.push_back(
-        mlp(join(name, "mlp"), "MLP", a, a.ffn_hidden_size, true, {}, r, true));
+    layer.children.push_back(mlp(join(name, "mlp"), "MLP", a, a.ffn_hidden_size, true, {}, r, true,
+                                 {RecomputeModule::mlp}));
   }
+  mark_recompute_modules(layer, a, is_moe);
   // Full recompute keeps only the layer's input hidden state (its sequence-parallel shard).
   layer.cost.input_per_token = elements(d(a.hidden_size) / r.seq);
   mark_sac_op(layer, r);

@@ -1,6 +1,7 @@
 #include "planner/fsdp_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -65,6 +66,10 @@ DType dtype_field(const JsonReader& r, std::string_view key, DType fallback) {
 std::string recompute_label(const FsdpConfig& config) {
   if (config.recompute == Recompute::sac_layer) {
     return fmt::format("sac_layer/{}", config.recompute_every);
+  }
+  if (config.recompute == Recompute::selective && config.recompute_modules != RecomputeModules{}) {
+    return fmt::format("selective({})",
+                       fmt::join(recompute_module_list(config.recompute_modules), ","));
   }
   return std::string(recompute_name(config.recompute));
 }
@@ -188,6 +193,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "max_live_grad_buffers",
                                                 "recompute",
                                                 "recompute_every",
+                                                "recompute_modules",
                                                 "micro_batch",
                                                 "grad_accum",
                                                 "seq_len",
@@ -446,6 +452,16 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
     }
     c.recompute_every = r.integer_in("recompute_every", 1, kMaxDepth);
   }
+  if (r.has("recompute_modules")) {
+    // Megatron reads --recompute-modules only under --recompute-granularity selective.
+    if (c.recompute != Recompute::selective) {
+      r.fail("recompute_modules",
+             "lists what selective recompute re-runs (Megatron's --recompute-modules); set "
+             "recompute: selective");
+    }
+    c.recompute_modules = parse_recompute_modules(r.strings("recompute_modules"), r.file(),
+                                                  r.path_of("recompute_modules"));
+  }
   c.micro_batch = r.integer_in_or("micro_batch", 1, limits::kMaxTokensPerMicroBatch, c.micro_batch);
   c.grad_accum = r.integer_in_or("grad_accum", 1, limits::kMaxGradAccum, c.grad_accum);
   c.seq_len = r.integer_in_or("seq_len", 1, limits::kMaxTokensPerMicroBatch, c.seq_len);
@@ -546,6 +562,8 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   j["max_live_grad_buffers"] = c.max_live_grad_buffers;
   j["recompute"] = recompute_name(c.recompute);
   if (c.recompute == Recompute::sac_layer) j["recompute_every"] = c.recompute_every;
+  if (c.recompute == Recompute::selective && c.recompute_modules != RecomputeModules{})
+    j["recompute_modules"] = recompute_module_list(c.recompute_modules);
   j["stack"] = stack_name(c.stack);
   j["micro_batch"] = c.micro_batch;
   j["grad_accum"] = c.grad_accum;
@@ -768,6 +786,34 @@ FsdpConfig tile_mesh(const FsdpConfig& config, const ClusterSpec& cluster,
   return c;
 }
 
+namespace {
+
+// What Megatron refuses of --recompute-modules (transformer_config.py at d98e8a6,
+// docs/research/recompute_modules.md), under selective recompute, where it applies.
+void check_recompute_modules(const FsdpConfig& c, const ModelSpec& model,
+                             const std::string& label) {
+  const RecomputeModules m = c.recompute_modules;
+  if (c.recompute != Recompute::selective || m == RecomputeModules{}) return;
+  const std::string where = "/recompute_modules";
+  if (c.stack != Stack::megatron_te) {
+    throw InputError(label, where,
+                     fmt::format("is Megatron-Core's option; the {} stack re-runs what recompute "
+                                 "selective, sac_op or sac_layer says",
+                                 stack_name(c.stack)));
+  }
+  if (m.has(RecomputeModule::mla_up_proj) && (model.arch == nullptr || !model.arch->mla())) {
+    throw InputError(label, where,
+                     fmt::format("mla_up_proj needs multi-latent attention, which {} does not have "
+                                 "(Megatron asserts the same)",
+                                 model.name));
+  }
+  // Megatron refuses layernorm and moe_act under FP8 delayed scaling, but shardplan's
+  // "delayed" recipe stands for every per-tensor recipe (tensorwise current scaling too):
+  // --from-megatron refuses what Megatron refuses.
+}
+
+}  // namespace
+
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
                                const ClusterSpec& cluster, const std::string& label) {
   FsdpConfig c = config;
@@ -782,6 +828,7 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
   c.sequence_parallel = sequence_parallel(c);
   c.fp8 = fp8_compute(c);
   check_model_parallel(c, model, cluster, label);
+  check_recompute_modules(c, model, label);
   // Megatron-FSDP gathers MXFP8 weights module by module inside a unit (seeds/004, PR
   // #4181); the planner issues one all-gather per parameter group and cannot plan it.
   if (c.fine_grained_param_gather) {

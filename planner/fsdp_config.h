@@ -78,9 +78,12 @@ struct FsdpConfig {
   int64_t max_live_grad_buffers = 2;      // sliding drain of unreduced gradients
   Recompute recompute = Recompute::none;
   int64_t recompute_every = 2;  // sac_layer: checkpoint layers N, 2N, ... (torchtitan's "2")
-  int64_t micro_batch = 1;      // sequences per micro-batch
-  int64_t grad_accum = 1;       // micro-batches per optimizer step
-  int64_t seq_len = 8192;       // tokens per sequence
+  // selective on megatron-te: what it re-runs (Megatron's --recompute-modules; its default
+  // core_attn alone).
+  RecomputeModules recompute_modules;
+  int64_t micro_batch = 1;  // sequences per micro-batch
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t seq_len = 8192;   // tokens per sequence
   DType param_dtype = DType::bf16;
   DType main_param_dtype = DType::fp32;
   DType main_grad_dtype = DType::bf16;

@@ -165,6 +165,11 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
     const double kept = saved_activation_bytes(*u.module, shape, mode);
     in_units_kept += kept;
     if (mode == Recompute::full) largest_recompute = std::max(largest_recompute, none);
+    // Selective recompute's re-created outputs, within one unit's backward (schedule.cc).
+    if (mode == Recompute::selective) {
+      largest_recompute =
+          std::max(largest_recompute, recompute_dropped_bytes(*u.module, shape, mode));
+    }
     // Activation offload: the first N layer units' saved bytes leave the GPU; by the end
     // of the forward (the activation peak) all are gone, and backward holds at most two
     // layers' at once (the current one and the one reloaded ahead; schedule.cc).
@@ -181,8 +186,9 @@ MemoryEstimate estimate_memory(const ModelSpec& whole, const ClusterSpec& cluste
   const double outside = saved_activation_bytes(model.root, shape, Recompute::none) - in_units_none;
   e.activations = in_units_kept + outside;
   e.saved_activations = e.activations;
-  // Full recompute re-creates one unit's activations inside its backward.
-  if (recomputes_whole_modules(c.recompute)) e.activations += largest_recompute;
+  // Full recompute re-creates one unit's activations inside its backward; selective the
+  // bytes its recompute modules dropped.
+  e.activations += largest_recompute;
   // The largest compute op's workspace (the loss's, at the end of the forward, beside
   // every saved activation).
   e.activations += workspace_bytes(model.root, shape);

@@ -154,6 +154,10 @@ struct PlanSegment {
   double forward_bf16_gemm_flops = 0;   // GEMM FLOPs that stay in BF16 under FP8 (output layer)
   double backward_bf16_gemm_flops = 0;
   double io_bytes = 0;  // activation bytes read + written by memory-bound work (forward)
+  // Selective recompute's re-run inside backward (Megatron's recompute_modules): the
+  // memory-bound bytes it moves, and the saved bytes it re-creates for the backward.
+  double recompute_io_bytes = 0;
+  double recompute_bytes = 0;
   double fp8_cast_forward_bytes = 0;   // FP8 casts of the matmul inputs (forward, fp8 only)
   double fp8_cast_backward_bytes = 0;  // ... and of their output gradients (backward)
   std::vector<GemmShape>

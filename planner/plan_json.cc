@@ -92,6 +92,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"forward_bf16_gemm_flops", s.forward_bf16_gemm_flops},
                         {"backward_bf16_gemm_flops", s.backward_bf16_gemm_flops},
                         {"io_bytes", s.io_bytes},
+                        {"recompute_io_bytes", s.recompute_io_bytes},
+                        {"recompute_bytes", s.recompute_bytes},
                         {"fp8_cast_forward_bytes", s.fp8_cast_forward_bytes},
                         {"fp8_cast_backward_bytes", s.fp8_cast_backward_bytes},
                         {"gemms", gemms_json(s.gemms)},
@@ -221,11 +223,26 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                    .expert = g.boolean_or("expert", false)});
   }
   for (const JsonReader& s : r.objects("segments")) {
-    s.expect_only({"id", "unit", "label", "modules", "forward_flops", "backward_flops",
-                   "forward_attention_flops", "backward_attention_flops", "forward_bf16_gemm_flops",
-                   "backward_bf16_gemm_flops", "io_bytes", "fp8_cast_forward_bytes",
-                   "fp8_cast_backward_bytes", "gemms", "activation_bytes", "full_activation_bytes",
-                   "checkpointed", "workspace_bytes"});
+    s.expect_only({"id",
+                   "unit",
+                   "label",
+                   "modules",
+                   "forward_flops",
+                   "backward_flops",
+                   "forward_attention_flops",
+                   "backward_attention_flops",
+                   "forward_bf16_gemm_flops",
+                   "backward_bf16_gemm_flops",
+                   "io_bytes",
+                   "recompute_io_bytes",
+                   "recompute_bytes",
+                   "fp8_cast_forward_bytes",
+                   "fp8_cast_backward_bytes",
+                   "gemms",
+                   "activation_bytes",
+                   "full_activation_bytes",
+                   "checkpointed",
+                   "workspace_bytes"});
     plan.segments.push_back(PlanSegment{
         .id = s.integer("id"),
         .unit = s.integer("unit"),
@@ -243,6 +260,10 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                                         ? s.non_negative_number("backward_bf16_gemm_flops")
                                         : 0.0,
         .io_bytes = s.non_negative_number("io_bytes"),
+        .recompute_io_bytes =
+            s.has("recompute_io_bytes") ? s.non_negative_number("recompute_io_bytes") : 0.0,
+        .recompute_bytes =
+            s.has("recompute_bytes") ? s.non_negative_number("recompute_bytes") : 0.0,
         .fp8_cast_forward_bytes =
             s.has("fp8_cast_forward_bytes") ? s.non_negative_number("fp8_cast_forward_bytes") : 0.0,
         .fp8_cast_backward_bytes = s.has("fp8_cast_backward_bytes")

@@ -292,6 +292,8 @@ std::optional<PlanError> check_segment(const PlanSegment& s) {
       {"backward_bf16_gemm_flops", s.backward_bf16_gemm_flops,
        s.backward_flops - s.backward_attention_flops, "backward_flops less its attention"},
       {"io_bytes", s.io_bytes, kMaxOpBytes, "bytes one op moves"},
+      {"recompute_io_bytes", s.recompute_io_bytes, kMaxOpBytes, "bytes one op moves"},
+      {"recompute_bytes", s.recompute_bytes, kMaxGpuMemoryBytes, "one GPU's memory"},
       {"fp8_cast_forward_bytes", s.fp8_cast_forward_bytes, kMaxOpBytes, "bytes one op moves"},
       {"fp8_cast_backward_bytes", s.fp8_cast_backward_bytes, kMaxOpBytes, "bytes one op moves"},
       {"activation_bytes", s.activation_bytes, kMaxGpuMemoryBytes, "one GPU's memory"},
@@ -374,8 +376,9 @@ std::optional<PlanError> check_compute_op(const Plan& plan, const PlanOp& op) {
   const double flops = backward ? s.backward_flops : s.forward_flops;
   const double attention = backward ? s.backward_attention_flops : s.forward_attention_flops;
   const double bf16 = backward ? s.backward_bf16_gemm_flops : s.forward_bf16_gemm_flops;
-  const double traffic =
-      backward ? 2 * s.io_bytes + s.fp8_cast_backward_bytes : s.io_bytes + s.fp8_cast_forward_bytes;
+  const double traffic = backward
+                             ? 2 * s.io_bytes + s.recompute_io_bytes + s.fp8_cast_backward_bytes
+                             : s.io_bytes + s.fp8_cast_forward_bytes;
   if (!same(op.flops, flops) || !same(op.attention_flops, attention) ||
       !same(op.bf16_gemm_flops, bf16)) {
     return inconsistent(op, fmt::format("has flops {}, attention {}, bf16 {}; its segment {} '{}' "

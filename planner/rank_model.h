@@ -36,7 +36,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .fp8 = fp8_compute(c),
                     .stack = c.stack,
                     .fused_rms_norm = c.fused_rms_norm,
-                    .loss_kernel = c.loss_kernel};
+                    .loss_kernel = c.loss_kernel,
+                    .recompute_modules = c.recompute_modules};
 }
 
 }  // namespace shardplan

@@ -669,21 +669,28 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
     }
   }
   if (seg.workspace_bytes > 0) writes.push_back(workspace(seg, mb_, "bwd"));
-  return emit_work(
-      PlanOp{.stream = Stream::compute,
-             .kind = OpKind::backward,
-             .unit = seg.unit,
-             .segment = seg.id,
-             .micro_batch = mb_,
-             .name = fmt::format("bwd {} mb{}", seg.label, mb_),
-             .bytes = 2.0 * seg.io_bytes + seg.fp8_cast_backward_bytes + accumulate_bytes,
-             .flops = seg.backward_flops,
-             .attention_flops = seg.backward_attention_flops,
-             .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
-             .deps = std::move(deps),
-             .reads = std::move(reads),
-             .writes = std::move(writes)},
-      seg, seg.backward_comms, "bwd");
+  // Selective recompute's discarded outputs and checkpointed modules come back inside the
+  // segment's backward, one module at a time, all within it.
+  if (seg.recompute_bytes > 0) {
+    writes.push_back(emit_.transient(BufferRole::recompute_activations, seg.unit, mb_,
+                                     c_.param_dtype, seg.recompute_bytes,
+                                     fmt::format("recompute_activations {} mb{}", seg.label, mb_)));
+  }
+  return emit_work(PlanOp{.stream = Stream::compute,
+                          .kind = OpKind::backward,
+                          .unit = seg.unit,
+                          .segment = seg.id,
+                          .micro_batch = mb_,
+                          .name = fmt::format("bwd {} mb{}", seg.label, mb_),
+                          .bytes = 2.0 * seg.io_bytes + seg.recompute_io_bytes +
+                                   seg.fp8_cast_backward_bytes + accumulate_bytes,
+                          .flops = seg.backward_flops,
+                          .attention_flops = seg.backward_attention_flops,
+                          .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
+                          .deps = std::move(deps),
+                          .reads = std::move(reads),
+                          .writes = std::move(writes)},
+                   seg, seg.backward_comms, "bwd");
 }
 
 void ScheduleBuilder::emit_backward(int64_t mb) {

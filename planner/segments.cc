@@ -63,7 +63,7 @@ void add_comms(const Module& module, const BatchShape& shape, Recompute recomput
   std::vector<SegmentComm> backward;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Module& m = **it;
-    const bool rerun = recompute == Recompute::selective && m.cost.selective_recompute;
+    const bool rerun = recompute == Recompute::selective && reruns_selectively(m, shape);
     // sac_op's re-run matmuls take their inputs from saved tensors; the tensor-parallel
     // gathers torchtitan re-runs with them are not modelled (docs/model.md).
     for (const ModuleComm& c : m.cost.comms) {
@@ -194,13 +194,18 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.backward_attention_flops += backward_flops_of_kind(*t.module, shape, ComputeKind::attention);
     s.forward_bf16_gemm_flops += forward_bf16_gemm_flops(*t.module, shape);
     s.backward_bf16_gemm_flops += backward_bf16_gemm_flops(*t.module, shape);
-    // Selective recompute re-runs the marked modules (core attention) inside backward,
-    // sac_op the even-numbered matmuls of each checkpointed layer.
+    // Selective recompute re-runs the marked modules (core attention, and Megatron's other
+    // recompute_modules) inside backward, sac_op the even-numbered matmuls of each
+    // checkpointed layer.
     if (recompute == Recompute::selective || (recompute == Recompute::sac_op && s.checkpointed)) {
-      const double rerun = recompute_flops(*t.module, shape, recompute);
-      s.backward_flops += rerun;
-      if (recompute == Recompute::selective) s.backward_attention_flops += rerun;
+      s.backward_flops += recompute_flops(*t.module, shape, recompute);
+      if (recompute == Recompute::selective) {
+        s.backward_attention_flops +=
+            recompute_flops(*t.module, shape, recompute, ComputeKind::attention);
+      }
     }
+    s.recompute_io_bytes += recompute_io_bytes(*t.module, shape, recompute);
+    s.recompute_bytes += recompute_dropped_bytes(*t.module, shape, recompute);
     double io_elements = 0;
     const bool eager = shape.stack == Stack::torch_eager;
     for_each_module(*t.module, [&](const Module& m) {

@@ -170,6 +170,37 @@ TEST(MegatronArgs, MixtureOfExpertsAndFlexDispatch) {
   EXPECT_EQ(job.config["moe_capacity_factor"], 1.5);
 }
 
+TEST(MegatronArgs, RecomputeModulesAreRead) {
+  const StackJob job = read_megatron_args(kMinimal +
+                                          "--recompute-granularity selective --recompute-modules "
+                                          "layernorm moe_act --bf16");
+  EXPECT_EQ(job.config["recompute"], "selective");
+  EXPECT_EQ(job.config["recompute_modules"], nlohmann::json({"layernorm", "moe_act"}));
+  EXPECT_FALSE(contains(job.not_modelled, "--recompute-modules"));
+  // Megatron's default list (core_attn alone) when none is given.
+  EXPECT_FALSE(read_megatron_args(kMinimal + "--recompute-activations")
+                   .config.contains("recompute_modules"));
+  // Read only under selective; ignored (as Megatron does) under full.
+  const StackJob full = read_megatron_args(kMinimal +
+                                           "--recompute-granularity full --recompute-method "
+                                           "uniform --recompute-num-layers 1 --recompute-modules "
+                                           "moe_act");
+  EXPECT_FALSE(full.config.contains("recompute_modules"));
+  testing::expect_input_error(
+      [] {
+        read_megatron_args(kMinimal +
+                           "--recompute-granularity selective --recompute-modules gdn_norm_out");
+      },
+      "--recompute-modules", "is not a recompute module shardplan models");
+  testing::expect_input_error(
+      [] {
+        read_megatron_args(kMinimal +
+                           "--recompute-granularity selective --recompute-modules moe_act "
+                           "--bf16 --fp8-format hybrid");
+      },
+      "--recompute-modules", "refused under FP8 delayed scaling");
+}
+
 TEST(MegatronArgs, RecomputeAndPrecisionChoices) {
   StackJob job = read_megatron_args(kMinimal +
                                     "--recompute-granularity full --recompute-method block "

@@ -130,6 +130,14 @@ std::vector<Case> cases() {
                    "qwen3-30b-a3b",
                    16,
                    {{"ep", 8}, {"moe_dispatcher", "alltoall"}, {"moe_capacity_factor", 1.25}}});
+    out.push_back({n + "_qwen3_moe_recompute_modules",
+                   f,
+                   "qwen3-30b-a3b",
+                   8,
+                   {{"ep", 8},
+                    {"moe_dispatcher", "alltoall"},
+                    {"recompute", "selective"},
+                    {"recompute_modules", {"core_attn", "layernorm", "moe_act"}}}});
     out.push_back({n + "_deepseek16b_ep8_hybridep",
                    f,
                    "deepseek-v3-16b",

@@ -251,6 +251,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "/main_grad_dtype",
                   "fp32, bf16 or fp16"},
         BadConfig{"bad_recompute", {{"recompute", "partial"}}, "/recompute", "unknown recompute"},
+        BadConfig{"modules_without_selective",
+                  {{"recompute", "full"}, {"recompute_modules", {"moe_act"}}},
+                  "/recompute_modules",
+                  "set recompute: selective"},
+        BadConfig{"unknown_module",
+                  {{"recompute", "selective"}, {"recompute_modules", {"moe_actt"}}},
+                  "/recompute_modules",
+                  "did you mean 'moe_act'"},
+        BadConfig{"modules_not_a_list",
+                  {{"recompute", "selective"}, {"recompute_modules", "moe_act"}},
+                  "/recompute_modules",
+                  "expected"},
         BadConfig{"fp8_without_zero3",
                   {{"fp8_param_gather", true}, {"sharding_strategy", "optim_grads"}},
                   "/fp8_param_gather",
@@ -327,6 +339,39 @@ TEST(ResolveConfig, ProductMustEqualTheGpuCount) {
   EXPECT_THROW(resolve_fsdp_config(fsdp_config_from_json({{"dp_outer", 3}}, "cfg"), model,
                                    h100_nodes(1), "cfg"),
                InputError);
+}
+
+TEST(ResolveConfig, RecomputeModulesAreMegatronsAndNeedWhatTheyRecompute) {
+  const json selective = {{"recompute", "selective"}};
+  auto with = [&](json extra) {
+    json j = selective;
+    j.update(extra);
+    return fsdp_config_from_json(j, "cfg");
+  };
+  // Kept through a round trip, and named in tables.
+  const FsdpConfig c = with({{"recompute_modules", {"moe_act", "layernorm"}}});
+  EXPECT_EQ(fsdp_config_to_json(c)["recompute_modules"], json({"layernorm", "moe_act"}));
+  EXPECT_EQ(recompute_label(c), "selective(layernorm,moe_act)");
+  EXPECT_EQ(recompute_label(with(json::object())), "selective");
+  EXPECT_FALSE(fsdp_config_to_json(with(json::object())).contains("recompute_modules"));
+  EXPECT_EQ(recompute_label(with({{"recompute_modules", json::array()}})), "selective()");
+  EXPECT_NO_THROW(resolve_fsdp_config(c, load_model("tiny-moe"), h100_nodes(1), "cfg"));
+  try {
+    resolve_fsdp_config(with({{"recompute_modules", {"mla_up_proj"}}}), load_model("tiny"),
+                        h100_nodes(1), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute_modules");
+    EXPECT_NE(e.reason().find("multi-latent attention"), std::string::npos) << e.what();
+  }
+  try {
+    resolve_fsdp_config(with({{"recompute_modules", {"mlp"}}, {"stack", "torch-compile"}}),
+                        load_model("tiny"), h100_nodes(1), "cfg");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/recompute_modules");
+    EXPECT_NE(e.reason().find("Megatron-Core's option"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ResolveConfig, Fp8NeedsFp8TensorCores) {
