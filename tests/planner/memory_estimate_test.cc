@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/error.h"
@@ -11,6 +12,7 @@
 #include "planner/fsdp_config.h"
 #include "planner/internal/fsdp_units.h"
 #include "planner/plan_builder.h"
+#include "planner/plan_validator.h"
 
 namespace shardplan {
 namespace {
@@ -174,6 +176,62 @@ TEST(MemoryEstimate, TorchtitanRecomputePoliciesByHand) {
       EXPECT_EQ(recomputes, 8);
     }
   }
+}
+
+// Megatron's recompute modules on a MoE model: the plan's segments keep what the estimate
+// says, each layer's backward holds the dropped bytes as its own recompute_activations
+// buffer (the estimate adds the largest), moves the re-run's memory-bound bytes, and under
+// moe re-runs the layer's forward dispatch collectives before its backward ones.
+TEST(MemoryEstimate, RecomputeModulesInThePlanAgreeWithTheEstimate) {
+  const Job job{load_model("tiny-moe"), load_cluster("dgx-h100", 1, std::nullopt)};
+  const nlohmann::json base = {{"ep", 2}, {"moe_dispatcher", "alltoall"}, {"seq_len", 1024}};
+  auto with = [&](nlohmann::json extra) {
+    nlohmann::json j = base;
+    j.update(extra);
+    return resolve_fsdp_config(fsdp_config_from_json(j, "cfg"), job.model, job.cluster, "cfg");
+  };
+  const FsdpConfig core = with({{"recompute", "selective"}});
+  const FsdpConfig modules =
+      with({{"recompute", "selective"},
+            {"recompute_modules", {"core_attn", "layernorm", "moe_act", "moe"}}});
+  const Plan core_plan = build_plan(job.model, job.cluster, core);
+  const Plan plan = build_plan(job.model, job.cluster, modules);
+  double saved = 0, largest_dropped = 0, core_saved = 0;
+  for (const PlanSegment& seg : plan.segments) {
+    saved += seg.activation_bytes;
+    largest_dropped = std::max(largest_dropped, seg.recompute_bytes);
+  }
+  for (const PlanSegment& seg : core_plan.segments) core_saved += seg.activation_bytes;
+  const MemoryEstimate e = estimate_memory(job.model, job.cluster, modules);
+  EXPECT_DOUBLE_EQ(saved, e.saved_activations);
+  EXPECT_GT(largest_dropped, 0.0);
+  // What the estimate adds for the backward's re-created bytes is one layer's.
+  const MemoryEstimate e_core = estimate_memory(job.model, job.cluster, core);
+  EXPECT_DOUBLE_EQ(e.activations - e.saved_activations,
+                   e_core.activations - e_core.saved_activations + largest_dropped);
+  EXPECT_LT(saved, core_saved);
+  int64_t buffers = 0;
+  for (const PlanBuffer& b : plan.buffers) {
+    if (b.role != BufferRole::recompute_activations) continue;
+    ++buffers;
+    EXPECT_GT(b.bytes, 0);
+  }
+  EXPECT_EQ(buffers, 2 * modules.grad_accum);  // one per layer and micro-batch
+  for (std::size_t i = 0; i < plan.segments.size(); ++i) {
+    const PlanSegment& seg = plan.segments[i];
+    const PlanSegment& plain = core_plan.segments[i];
+    if (seg.unit == 0) continue;
+    EXPECT_GT(seg.recompute_io_bytes, 0.0) << seg.label;
+    EXPECT_GT(seg.backward_flops, plain.backward_flops) << seg.label;  // the MoE forward again
+    // Two all-to-alls (dispatch, combine) more in backward: the forward's, re-run.
+    EXPECT_EQ(seg.backward_comms.size(), plain.backward_comms.size() + 2) << seg.label;
+  }
+  for (const PlanOp& op : plan.ops) {
+    if (op.kind != OpKind::backward || op.segment < 0) continue;
+    const PlanSegment& seg = plan.segments[static_cast<std::size_t>(op.segment)];
+    EXPECT_GE(op.bytes, 2 * seg.io_bytes + seg.recompute_io_bytes) << op.name;
+  }
+  EXPECT_FALSE(validate_plan(plan).has_value());
 }
 
 // The loss's workspace is a buffer of the root segment's forward and backward ops, live
