@@ -190,6 +190,18 @@ double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape) {
   });
 }
 
+double forward_io_bytes(const Module& module, const BatchShape& shape) {
+  const bool eager = shape.stack == Stack::torch_eager;
+  return sum_tree(module, 1.0, [&](const Module& m, double s) {
+    const double extra =
+        eager ? m.cost.eager_extra_io_elements_per_token -
+                    (shape.fused_rms_norm ? m.cost.eager_composite_norm_io_elements_per_token : 0.0)
+              : 0.0;
+    return (m.cost.fwd_io_elements_per_token + extra) * tokens_of(shape) * s *
+           static_cast<double>(shape.activation_bytes);
+  });
+}
+
 Fp8CastBytes fp8_cast_bytes(const Module& module, const BatchShape& shape) {
   Fp8CastBytes out;
   if (!shape.fp8) return out;

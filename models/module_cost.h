@@ -92,6 +92,10 @@ double backward_flops_of_kind(const Module& module, const BatchShape& shape, Com
 // backward.
 double forward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
 double backward_bf16_gemm_flops(const Module& module, const BatchShape& shape);
+// Activation bytes `module`'s forward reads and writes on one micro-batch as memory-bound
+// work (every module's fwd_io_elements_per_token, the eager stack's unfused extras), each
+// module at its token share (an MoE expert's children at the routed copies).
+double forward_io_bytes(const Module& module, const BatchShape& shape);
 // The HBM bytes FP8 GEMMs add on one micro-batch (0 unless shape.fp8): each FP8 matmul's
 // input is cast in forward and its output gradient in backward, at 4 bytes per element —
 // read bf16 (2), write the FP8 copy and, on Hopper, its transpose (1 + 1) in one pass

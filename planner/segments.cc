@@ -206,17 +206,9 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     }
     s.recompute_io_bytes += recompute_io_bytes(*t.module, shape, recompute);
     s.recompute_bytes += recompute_dropped_bytes(*t.module, shape, recompute);
-    double io_elements = 0;
-    const bool eager = shape.stack == Stack::torch_eager;
-    for_each_module(*t.module, [&](const Module& m) {
-      const double extra =
-          eager
-              ? m.cost.eager_extra_io_elements_per_token -
-                    (shape.fused_rms_norm ? m.cost.eager_composite_norm_io_elements_per_token : 0.0)
-              : 0.0;
-      io_elements += (m.cost.fwd_io_elements_per_token + extra) * m.cost.token_fraction;
-    });
-    s.io_bytes += io_elements * static_cast<double>(shape.tokens() * shape.activation_bytes);
+    // Each module at its token share: an MoE expert's linears and activation see the
+    // routed copies (until 2026-11-29 they were counted once per token, k times too few).
+    s.io_bytes += forward_io_bytes(*t.module, shape);
     const Fp8CastBytes casts = fp8_cast_bytes(*t.module, shape);
     s.fp8_cast_forward_bytes += casts.forward;
     s.fp8_cast_backward_bytes += casts.backward;
