@@ -109,9 +109,12 @@ struct ModuleCost {
   double bwd_flops_factor = 2.0;         // executed backward FLOPs ÷ forward FLOPs
   double fwd_io_elements_per_token = 0;  // activation elements read + written (memory-bound work)
   Footprint saved_per_token;             // saved for backward, recompute none
-  Footprint saved_per_token_ctx;         // × seq_len (attention probabilities without flash)
-  bool selective_recompute = false;      // re-run under recompute: selective
-  Footprint selective_kept_per_token;    // what stays saved when re-run selectively
+  // The part of saved_per_token that is this GEMM's input, which Transformer Engine keeps
+  // quantized (1 byte and its scales) when the GEMM runs in FP8.
+  Footprint saved_gemm_input_per_token;
+  Footprint saved_per_token_ctx;               // × seq_len (attention probabilities without flash)
+  bool selective_recompute = false;            // re-run under recompute: selective
+  Footprint selective_kept_per_token;          // what stays saved when re-run selectively
   std::vector<RecomputeDrop> recompute_drops;  // under Megatron's other recompute_modules
   bool sac_op_recompute = false;               // re-run under sac_op (an even-numbered matmul)
   Footprint sac_op_kept_per_token;             // what stays saved under sac_op (0 outside a layer)

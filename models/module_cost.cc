@@ -281,6 +281,23 @@ namespace {
 
 // What `m` saves under selective recompute before the listed modules other than core_attn
 // take their part (per token, without the per-position attention terms).
+// Bytes per element of a GEMM input Transformer Engine saves quantized under FP8: the
+// 1-byte data in the layout the weight gradient reads, and its scales, at most one byte
+// per 32 elements (MXFP8; a per-tensor scale is one float). docs/model.md "FP8".
+constexpr double kFp8SavedBytesPerElement = 1.0 + 1.0 / 32.0;
+
+// `saved` (a module's kept footprint) in bytes, its GEMM input quantized where
+// Transformer Engine runs the GEMM in FP8. Recompute modules that drop the input drop it
+// first (Megatron then saves the bf16 original and discards it: the FP8 copy is never made).
+double saved_bytes(const Module& m, const BatchShape& shape, const Footprint& saved) {
+  double bytes = saved.bytes(shape.activation_bytes);
+  if (shape.fp8 && shape.stack == Stack::megatron_te && !m.cost.bf16_under_fp8) {
+    const double quantized = std::min(m.cost.saved_gemm_input_per_token.elements, saved.elements);
+    bytes -= quantized * (static_cast<double>(shape.activation_bytes) - kFp8SavedBytesPerElement);
+  }
+  return bytes;
+}
+
 // What `m` saves without recompute, per token (without the per-position attention terms).
 Footprint own_saved(const Module& m, const BatchShape& shape) {
   Footprint saved =
@@ -343,14 +360,18 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
     }
     const bool selective = recompute == Recompute::selective;
     const Footprint base = selective ? selective_base(m, shape) : own_saved(m, shape);
-    const double dropped =
-        selective ? dropped_by_modules(m, shape, base).bytes(shape.activation_bytes) : 0.0;
+    Footprint kept = base;
+    if (selective) {
+      const Footprint dropped = dropped_by_modules(m, shape, base);
+      kept.elements -= dropped.elements;
+      kept.fixed_bytes -= dropped.fixed_bytes;
+    }
     const bool core_rerun = selective && m.cost.selective_recompute &&
                             shape.recompute_modules.has(RecomputeModule::core_attn);
     const double ctx = core_rerun ? 0.0
                                   : m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
                                         static_cast<double>(shape.seq_len);
-    return (base.bytes(shape.activation_bytes) - dropped + ctx) * tokens * s;
+    return (saved_bytes(m, shape, kept) + ctx) * tokens * s;
   });
 }
 

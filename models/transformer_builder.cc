@@ -108,6 +108,7 @@ Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType
   m.cost.fwd_flops_per_token = 2.0 * d(local_in) * d(local_out) * token_share;
   m.cost.fwd_io_elements_per_token = (d(local_in) + d(local_out)) * token_share;
   m.cost.saved_per_token = saves_input ? elements(in_kept) : Footprint{};
+  m.cost.saved_gemm_input_per_token = m.cost.saved_per_token;
   m.cost.saved_per_token += scaled(extra_saved, r.seq);
   m.cost.input_per_token = elements(in_kept);
   // A row-parallel output is the partial sum over every token, before its reduction; its
@@ -116,6 +117,13 @@ Module linear(const std::string& name, int64_t in, int64_t out, bool bias, DType
   m.cost.grad_output_per_token =
       split == Split::row ? elements(d(out) / r.seq) : m.cost.output_per_token;
   return m;
+}
+
+// Under FP8 Megatron has the attention output projection save its bf16 input, the output
+// core attention saves anyway, rather than a quantized copy of it (attention.py:430-444 at
+// d98e8a6: set_save_original_input(linear_proj) for recipes other than delayed, TE >= 2.6).
+void keep_bf16_input(Module& o_proj) {
+  o_proj.cost.saved_gemm_input_per_token = {};
 }
 
 ModuleComm comm(CommPhase phase, CommKind kind, MeshAxis axis, Footprint per_token,
@@ -284,6 +292,7 @@ Module attention(const std::string& name, const TransformerArch& a, const Ranks&
   // o_proj saves the attention output; the residual dropout after it keeps a mask.
   m.children.push_back(linear(join(name, "o_proj"), q, h, a.bias, a.dtype, true,
                               a.dropout ? fixed(d(h)) : Footprint{}, Split::row, r));
+  keep_bf16_input(m.children.back());
   m.cost.input_per_token = elements(d(h) / r.seq);
   m.cost.comms = block_comms(r, h);
   return m;
@@ -344,6 +353,7 @@ Module mla_attention(const std::string& name, const TransformerArch& a, const Ra
   m.children.push_back(std::move(core));
   m.children.push_back(
       linear(join(name, "o_proj"), v_width, h, false, a.dtype, true, {}, Split::row, r));
+  keep_bf16_input(m.children.back());
   m.cost.input_per_token = elements(d(h) / r.seq);
   return m;
 }
@@ -492,6 +502,9 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   Module router = linear(join(name, "router"), h, a.num_experts, false, a.dtype, true,
                          fixed(4.0 * d(a.num_experts)), Split::none, r);
   router.type = "Router";
+  // Megatron's router is a plain matmul in the router dtype, outside Transformer Engine's
+  // FP8: its input stays saved in bf16.
+  router.cost.saved_gemm_input_per_token = {};
   m.children.push_back(std::move(router));
   // Per token of the micro-batch: the routed copies this rank's experts run, together
   // (tensor parallelism comes with sequence parallelism here: resolve_fsdp_config).

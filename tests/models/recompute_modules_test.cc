@@ -241,6 +241,54 @@ TEST(RecomputeModules, EmptyListSavesWhatNoRecomputeSaves) {
   EXPECT_DOUBLE_EQ(recompute_io_bytes(model.root, all, Recompute::full), 0.0);
 }
 
+// Transformer Engine keeps an FP8 GEMM's saved input quantized: 1 byte and at most 1/32
+// byte of scales per element instead of 2. Llama's layer quantizes three saved GEMM inputs
+// per token (q_proj's h, gate_proj's h, down_proj's F; k, v and up share theirs; o_proj
+// keeps the bf16 attention output, Megatron's save_original_input); the output layer stays
+// BF16; torchtitan's Float8 keeps the bf16 input (torchao float8_linear.py:45).
+TEST(FP8SavedInputs, TransformerEngineKeepsGemmInputsQuantized) {
+  const ModelSpec model = load_model("llama3-8b");
+  const BatchShape bf16{.micro_batch = 1, .seq_len = 4096};
+  BatchShape fp8 = bf16;
+  fp8.fp8 = true;
+  const double h = 4096, f = 14336, tokens = 4096;
+  const double per_element = 2.0 - (1.0 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(model.root, bf16, Recompute::none) -
+                       saved_activation_bytes(model.root, fp8, Recompute::none),
+                   32 * tokens * (2 * h + f) * per_element);
+  const Module* head = find_module(model.root, "lm_head");
+  ASSERT_NE(head, nullptr);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(*head, fp8, Recompute::none),
+                   saved_activation_bytes(*head, bf16, Recompute::none));
+  BatchShape torch_fp8 = fp8;
+  torch_fp8.stack = Stack::torch_compile;
+  BatchShape torch_bf16 = bf16;
+  torch_bf16.stack = Stack::torch_compile;
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(model.root, torch_fp8, Recompute::none),
+                   saved_activation_bytes(model.root, torch_bf16, Recompute::none));
+  // Full recompute keeps the layer's bf16 input: unchanged.
+  EXPECT_DOUBLE_EQ(
+      saved_activation_bytes(*find_module(model.root, "layers.0"), fp8, Recompute::full),
+      saved_activation_bytes(*find_module(model.root, "layers.0"), bf16, Recompute::full));
+}
+
+// Under FP8 the router's input stays bf16 (Megatron's router is no TE module); moe_act then
+// drops the experts' quantized fc2 input, R·F_e·(1 + 1/32) bytes (the research note's FP8
+// column); layernorm the router's bf16 copy.
+TEST(FP8SavedInputs, RecomputeModulesDropTheQuantizedCopy) {
+  const ModelSpec model =
+      build_transformer(gpt_oss_120b(), "gpt-oss-120b", "test", {.ep = 8, .moe_imbalance = 1.0});
+  BatchShape attn = shape_with(1, 4096, modules({RM::core_attn}));
+  attn.fp8 = true;
+  BatchShape act = shape_with(1, 4096, modules({RM::core_attn, RM::moe_act}));
+  act.fp8 = true;
+  BatchShape norm = shape_with(1, 4096, modules({RM::core_attn, RM::layernorm}));
+  norm.fp8 = true;
+  const double tokens = 4096;
+  EXPECT_DOUBLE_EQ(saved(model, attn) - saved(model, act), 36 * tokens * 4 * 2880 * (1 + 1.0 / 32));
+  EXPECT_DOUBLE_EQ(saved(model, attn) - saved(model, norm), 36 * tokens * (2880 * 2 + 4));
+}
+
 TEST(RecomputeModules, NamesParseAndBadNamesAreRefused) {
   const RecomputeModules m = parse_recompute_modules({"moe_act", "layernorm"}, "c.json", "/x");
   EXPECT_EQ(m, modules({RM::layernorm, RM::moe_act}));
