@@ -135,7 +135,14 @@ INSTANTIATE_TEST_SUITE_P(
         // no_sync with fp32 accumulators: a backward writes the dense and the expert
         // accumulator of its unit, each checked on its own.
         Case{4, {"ep=2", "stack=torch-eager", "no_sync=true", "seq_len=128"}, "tiny-moe"},
-        Case{4, {"ep=2", "moe_dispatcher=deepep", "seq_len=128"}, "tiny-moe"}),
+        Case{4, {"ep=2", "moe_dispatcher=deepep", "seq_len=128"}, "tiny-moe"},
+        // Megatron's moe recompute re-runs each layer's dispatch and combine inside its
+        // backward (and layernorm + moe_act re-create their outputs there): the re-run
+        // all-to-alls pair up as the forward's do.
+        Case{4,
+             {"ep=4", "moe_dispatcher=alltoall", "recompute=selective",
+              "recompute_modules=[\"core_attn\",\"layernorm\",\"moe_act\",\"moe\"]", "seq_len=128"},
+             "tiny-moe"}),
     case_name);
 
 // The device mesh at 8 ranks under every sharding strategy: tensor parallelism (its
