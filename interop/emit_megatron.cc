@@ -225,6 +225,16 @@ std::string dtype_arg(DType d) {
   return std::string(dtype_name(d));
 }
 
+// shardplan's delayed recipe stands for every per-tensor one. Megatron refuses layernorm
+// and moe_act recompute under delayed scaling, not under tensorwise current scaling (the
+// same bytes): such a config is written as tensorwise.
+bool per_tensor_as_tensorwise(const FsdpConfig& c) {
+  return fp8_compute(c) && c.fp8_recipe == Fp8Recipe::delayed &&
+         c.recompute == Recompute::selective &&
+         (c.recompute_modules.has(RecomputeModule::layernorm) ||
+          c.recompute_modules.has(RecomputeModule::moe_act));
+}
+
 void precision_settings(const FsdpConfig& c, Settings& s) {
   if (c.param_dtype == DType::bf16) s.set("bf16", true);
   if (c.param_dtype == DType::fp16) s.set("fp16", true);
@@ -239,7 +249,12 @@ void precision_settings(const FsdpConfig& c, Settings& s) {
   }
   if (fp8_compute(c)) {
     s.set("fp8", c.fp8_recipe == Fp8Recipe::mxfp8 ? "e4m3" : "hybrid");
-    s.set("fp8_recipe", std::string(fp8_recipe_name(c.fp8_recipe)));
+    if (per_tensor_as_tensorwise(c)) {
+      s.set("fp8_recipe", "tensorwise",
+            "per-tensor scales; Megatron refuses layernorm/moe_act recompute under delayed");
+    } else {
+      s.set("fp8_recipe", std::string(fp8_recipe_name(c.fp8_recipe)));
+    }
   }
   if (c.fp8_param_gather) s.set("fp8_param_gather", true);
 }
@@ -254,6 +269,14 @@ void step_settings(const FsdpConfig& c, Settings& s) {
       s.set("recompute_num_layers", 1);
       break;
     case Recompute::selective:
+      // An empty list re-runs nothing, as no recompute does; Megatron's command line
+      // cannot write one (--recompute-modules takes one or more values).
+      if (c.recompute_modules == RecomputeModules{.bits = 0}) {
+        s.comment(
+            "recompute selective with recompute_modules []: nothing re-runs, as without "
+            "recompute");
+        break;
+      }
       s.set("recompute_granularity", "selective");
       if (c.recompute_modules != RecomputeModules{})
         s.set("recompute_modules", recompute_module_list(c.recompute_modules));
@@ -312,7 +335,7 @@ std::string float_text(double x) {
 }
 
 std::string shell_value(const nlohmann::json& v) {
-  if (v.is_array()) {  // nargs '*': the words one after another
+  if (v.is_array()) {  // nargs '+': the words one after another
     std::vector<std::string> words;
     for (const nlohmann::json& e : v) words.push_back(shell_value(e));
     return fmt::format("{}", fmt::join(words, " "));
@@ -338,7 +361,7 @@ std::string precision_preset(const FsdpConfig& c) {
   if (c.param_dtype != DType::bf16) return "";
   if (!fp8_compute(c)) return "bf16_mixed";
   if (c.fp8_recipe == Fp8Recipe::mxfp8 && c.fp8_param_gather) return "bf16_with_mxfp8_mixed";
-  if (c.fp8_recipe == Fp8Recipe::delayed && c.fp8_param_gather) {
+  if (c.fp8_recipe == Fp8Recipe::delayed && c.fp8_param_gather && !per_tensor_as_tensorwise(c)) {
     return "bf16_with_fp8_delayed_scaling_mixed";
   }
   return "";

@@ -68,8 +68,9 @@ std::string recompute_label(const FsdpConfig& config) {
     return fmt::format("sac_layer/{}", config.recompute_every);
   }
   if (config.recompute == Recompute::selective && config.recompute_modules != RecomputeModules{}) {
+    // '+' joins them: the label stands in CSV cells and comma-separated lists.
     return fmt::format("selective({})",
-                       fmt::join(recompute_module_list(config.recompute_modules), ","));
+                       fmt::join(recompute_module_list(config.recompute_modules), "+"));
   }
   return std::string(recompute_name(config.recompute));
 }

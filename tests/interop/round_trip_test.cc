@@ -138,6 +138,18 @@ std::vector<Case> cases() {
                     {"moe_dispatcher", "alltoall"},
                     {"recompute", "selective"},
                     {"recompute_modules", {"core_attn", "layernorm", "moe_act"}}}});
+    // Under FP8 the per-tensor recipe is written as tensorwise: Megatron refuses layernorm
+    // and moe_act recompute under delayed scaling.
+    out.push_back({n + "_qwen3_moe_fp8_recompute_modules",
+                   f,
+                   "qwen3-30b-a3b",
+                   8,
+                   {{"ep", 8},
+                    {"moe_dispatcher", "alltoall"},
+                    {"sharding_strategy", "optim"},
+                    {"fp8", true},
+                    {"recompute", "selective"},
+                    {"recompute_modules", {"layernorm", "moe_act"}}}});
     out.push_back({n + "_deepseek16b_ep8_hybridep",
                    f,
                    "deepseek-v3-16b",
@@ -182,6 +194,21 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Formats, RoundTrip, ::testing::ValuesIn(cases()),
                          [](const auto& param_info) { return param_info.param.name; });
+
+// An empty recompute_modules list re-runs nothing: Megatron's command line cannot write
+// one (one or more values), so the text carries no recompute flags and says why.
+TEST(Emit, EmptyRecomputeModulesIsNoRecompute) {
+  Case c{"x",
+         StackFormat::megatron_args,
+         "llama3-8b",
+         8,
+         {{"recompute", "selective"}, {"recompute_modules", nlohmann::json::array()}}};
+  const Job job = job_of(c);
+  const std::string args =
+      emit_stack_config(StackFormat::megatron_args, job.model, job.cluster, job.config);
+  EXPECT_EQ(args.find("--recompute"), std::string::npos) << args;
+  EXPECT_NE(args.find("recompute_modules []: nothing re-runs"), std::string::npos) << args;
+}
 
 // What the stack cannot express is said in the text, not dropped.
 TEST(Emit, SaysWhatTheStackCannotExpress) {

@@ -64,7 +64,7 @@ TEST(RecomputeModules, GptOss120bLayernormAndMoeActWorkedOut) {
   const BatchShape both = shape_with(4, 4096, modules({RM::core_attn, RM::layernorm, RM::moe_act}));
   EXPECT_DOUBLE_EQ(base - saved(model, both), moe_act + layernorm);
   // 28 804 bytes per token per layer: 15.8 GiB of one GPU (the research note's figure).
-  EXPECT_NEAR((moe_act + layernorm) / (1024.0 * 1024 * 1024), 15.82, 0.01);
+  EXPECT_NEAR((base - saved(model, both)) / (1024.0 * 1024 * 1024), 15.82, 0.01);
   // The backward re-creates one layer's worth at a time.
   const Module* layer = find_module(model.root, "layers.0");
   ASSERT_NE(layer, nullptr);
@@ -200,7 +200,6 @@ TEST(RecomputeModules, DeepSeekV3UpProjectionWorkedOut) {
   EXPECT_DOUBLE_EQ(saved_activation_bytes(*attn, core, Recompute::selective) -
                        saved_activation_bytes(*attn, up, Recompute::selective),
                    dropped);
-  EXPECT_NEAR(128.0 * (2 * 192 + 128) * 2, 131072, 0);
   // Re-run: the two up projections' GEMMs (q_b 1536 → 24 576, kv_b 512 → 32 768), no
   // attention FLOPs beyond core_attn's own re-run.
   const double gemms = tokens * 2.0 * (1536.0 * 24576 + 512.0 * 32768);

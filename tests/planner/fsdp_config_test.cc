@@ -351,7 +351,7 @@ TEST(ResolveConfig, RecomputeModulesAreMegatronsAndNeedWhatTheyRecompute) {
   // Kept through a round trip, and named in tables.
   const FsdpConfig c = with({{"recompute_modules", {"moe_act", "layernorm"}}});
   EXPECT_EQ(fsdp_config_to_json(c)["recompute_modules"], json({"layernorm", "moe_act"}));
-  EXPECT_EQ(recompute_label(c), "selective(layernorm,moe_act)");
+  EXPECT_EQ(recompute_label(c), "selective(layernorm+moe_act)");
   EXPECT_EQ(recompute_label(with(json::object())), "selective");
   EXPECT_FALSE(fsdp_config_to_json(with(json::object())).contains("recompute_modules"));
   EXPECT_EQ(recompute_label(with({{"recompute_modules", json::array()}})), "selective()");
