@@ -97,6 +97,8 @@ struct RecomputeDrop {
   Footprint dropped;
   bool reruns = false;
   double rerun_io_elements_per_token = 0;
+  // It also takes the module's own FP8 copy of its input (fp8_own_copy_per_token).
+  bool drops_fp8_copy = false;
 };
 
 // Cost of one module's own work, per token of the micro-batch. Terms marked "ctx" scale
@@ -112,6 +114,10 @@ struct ModuleCost {
   // The part of saved_per_token that is this GEMM's input, which Transformer Engine keeps
   // quantized (1 byte and its scales) when the GEMM runs in FP8.
   Footprint saved_gemm_input_per_token;
+  // A GEMM that reads the same input as a sibling which saves it in bf16, as a Transformer
+  // Engine module of its own: under FP8 it saves its own quantized copy (MLA's key-value
+  // down projection beside the query's; the shared experts' fc1 beside the router).
+  Footprint fp8_own_copy_per_token;
   Footprint saved_per_token_ctx;               // × seq_len (attention probabilities without flash)
   bool selective_recompute = false;            // re-run under recompute: selective
   Footprint selective_kept_per_token;          // what stays saved when re-run selectively

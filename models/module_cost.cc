@@ -289,11 +289,18 @@ constexpr double kFp8SavedBytesPerElement = 1.0 + 1.0 / 32.0;
 // `saved` (a module's kept footprint) in bytes, its GEMM input quantized where
 // Transformer Engine runs the GEMM in FP8. Recompute modules that drop the input drop it
 // first (Megatron then saves the bf16 original and discards it: the FP8 copy is never made).
-double saved_bytes(const Module& m, const BatchShape& shape, const Footprint& saved) {
+double saved_bytes(const Module& m, const BatchShape& shape, const Footprint& saved,
+                   bool selective) {
   double bytes = saved.bytes(shape.activation_bytes);
   if (shape.fp8 && shape.stack == Stack::megatron_te && !m.cost.bf16_under_fp8) {
     const double quantized = std::min(m.cost.saved_gemm_input_per_token.elements, saved.elements);
     bytes -= quantized * (static_cast<double>(shape.activation_bytes) - kFp8SavedBytesPerElement);
+    const bool copy_dropped =
+        selective && std::any_of(m.cost.recompute_drops.begin(), m.cost.recompute_drops.end(),
+                                 [&](const RecomputeDrop& d) {
+                                   return d.drops_fp8_copy && shape.recompute_modules.has(d.module);
+                                 });
+    if (!copy_dropped) bytes += m.cost.fp8_own_copy_per_token.elements * kFp8SavedBytesPerElement;
   }
   return bytes;
 }
@@ -371,7 +378,7 @@ double saved_activation_bytes(const Module& module, const BatchShape& shape, Rec
     const double ctx = core_rerun ? 0.0
                                   : m.cost.saved_per_token_ctx.bytes(shape.activation_bytes) *
                                         static_cast<double>(shape.seq_len);
-    return (saved_bytes(m, shape, kept) + ctx) * tokens * s;
+    return (saved_bytes(m, shape, kept, selective) + ctx) * tokens * s;
   });
 }
 

@@ -69,7 +69,8 @@ void add_drop(Module& m, RecomputeModule which, Footprint dropped, bool reruns,
   m.cost.recompute_drops.push_back({.module = which,
                                     .dropped = dropped,
                                     .reruns = reruns,
-                                    .rerun_io_elements_per_token = rerun_io_elements});
+                                    .rerun_io_elements_per_token = rerun_io_elements,
+                                    .drops_fp8_copy = m.cost.fp8_own_copy_per_token.elements > 0});
 }
 
 // A normal checkpoint around `m` (Megatron's mlp, moe and shared_experts recompute
@@ -324,10 +325,12 @@ Module mla_attention(const std::string& name, const TransformerArch& a, const Ra
     m.children.push_back(
         linear(join(name, "q_proj"), h, q_width, false, a.dtype, true, {}, Split::column, r));
   }
-  // The key-value down projection reads the same normed input, saved once above.
+  // The key-value down projection reads the same normed input, saved once above (under
+  // FP8 it keeps its own quantized copy: a TE Linear of its own).
   m.children.push_back(linear(join(name, "kv_a_proj_with_mqa"), h,
                               a.kv_lora_rank + a.qk_rope_head_dim, false, a.dtype, false, {},
                               Split::none, r));
+  m.children.back().cost.fp8_own_copy_per_token = elements(d(h) / r.seq);
   m.children.push_back(latent_norm(join(name, "kv_a_layernorm"), a.kv_lora_rank, a));
   m.children.push_back(linear(join(name, "kv_b_proj"), a.kv_lora_rank,
                               heads * (a.qk_nope_head_dim + a.v_head_dim), false, a.dtype, true, {},
@@ -407,6 +410,9 @@ Module mlp(const std::string& name, const std::string& type, const TransformerAr
   }
   m.cost.input_per_token = elements(d(h) / r.seq);
   if (block) m.cost.comms = block_comms(r, h);
+  // Beside a router that saves the normed input in bf16, the first linear (a TE module of
+  // its own) saves its quantized copy under FP8.
+  if (!saves_input) m.children.front().cost.fp8_own_copy_per_token = elements(d(h) / r.seq);
   // The residual dropout's mask belongs to the layer's bias-dropout-add, outside the module.
   for (RecomputeModule which : checkpointed_by) {
     checkpoint_whole(m, which, m.children.back().name, scaled(mask, r.seq));
@@ -612,11 +618,17 @@ void mark_recompute_modules(Module& layer, const TransformerArch& a, bool is_moe
     add_drop(input_norm, RecomputeModule::layernorm, stats(input_norm), true);
     add_drop(attn.children.front(), RecomputeModule::layernorm, saved_input(attn.children.front()),
              false);
+    // Megatron has both down projections save the original, which the discard frees.
+    if (Module* kv_down = child(attn, "kv_a_proj_with_mqa"))
+      add_drop(*kv_down, RecomputeModule::layernorm, {}, false);
   }
   if (is_moe) {
     add_drop(pre_mlp_norm, RecomputeModule::layernorm, stats(pre_mlp_norm), true);
     add_drop(ffn.children.front(), RecomputeModule::layernorm, saved_input(ffn.children.front()),
              false);
+    // The shared experts' fc1 saves the original too (moe_layer.py:743-750) and loses it.
+    if (Module* shared = child(ffn, "shared_experts"))
+      add_drop(shared->children.front(), RecomputeModule::layernorm, {}, false);
     // moe_act: the experts' activation re-runs and fc2 stops saving its input (fc1's
     // output, which the activation keeps, stays; experts.py:1019-1030).
     Module& experts = ffn.children[1];

@@ -288,6 +288,35 @@ TEST(FP8SavedInputs, RecomputeModulesDropTheQuantizedCopy) {
   EXPECT_DOUBLE_EQ(saved(model, attn) - saved(model, norm), 36 * tokens * (2880 * 2 + 4));
 }
 
+// A TE linear that reads the input a sibling saves in bf16 keeps its own quantized copy
+// under FP8: DeepSeek-V3's key-value down projection (beside q_a_proj) and its shared
+// experts' fc1 (beside the router). Recompute modules that discard the input take it.
+TEST(FP8SavedInputs, SiblingLinearsKeepTheirOwnQuantizedCopy) {
+  const ModelSpec model = load_model("deepseek-v3");
+  const double tokens = 4096, h = 7168, copy = h * (1 + 1.0 / 32);
+  BatchShape bf16 = shape_with(1, 4096, modules({RM::core_attn}));
+  BatchShape fp8 = bf16;
+  fp8.fp8 = true;
+  const Module* kv_down = find_module(model.root, "layers.0.self_attn.kv_a_proj_with_mqa");
+  const Module* shared = find_module(model.root, "layers.3.mlp.shared_experts.gate_proj");
+  ASSERT_NE(kv_down, nullptr);
+  ASSERT_NE(shared, nullptr);
+  for (const Module* m : {kv_down, shared}) {
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*m, bf16, Recompute::selective), 0.0) << m->name;
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*m, fp8, Recompute::selective), tokens * copy)
+        << m->name;
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*m, fp8, Recompute::none), tokens * copy) << m->name;
+    BatchShape norm = fp8;
+    norm.recompute_modules.add(RM::layernorm);
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*m, norm, Recompute::selective), 0.0) << m->name;
+  }
+  for (const RM whole : {RM::moe, RM::shared_experts}) {
+    BatchShape checkpointed = fp8;
+    checkpointed.recompute_modules.add(whole);
+    EXPECT_DOUBLE_EQ(saved_activation_bytes(*shared, checkpointed, Recompute::selective), 0.0);
+  }
+}
+
 TEST(RecomputeModules, NamesParseAndBadNamesAreRefused) {
   const RecomputeModules m = parse_recompute_modules({"moe_act", "layernorm"}, "c.json", "/x");
   EXPECT_EQ(m, modules({RM::layernorm, RM::moe_act}));
