@@ -279,8 +279,6 @@ double recompute_io_bytes(const Module& module, const BatchShape& shape, Recompu
 
 namespace {
 
-// What `m` saves under selective recompute before the listed modules other than core_attn
-// take their part (per token, without the per-position attention terms).
 // Bytes per element of a GEMM input Transformer Engine saves quantized under FP8: the
 // 1-byte data in the layout the weight gradient reads, and its scales, at most one byte
 // per 32 elements (MXFP8; a per-tensor scale is one float). docs/model.md "FP8".
