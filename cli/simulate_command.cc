@@ -64,6 +64,8 @@ void print_summary(const Plan& plan, const Timeline& t, const ClusterSpec& clust
        share(s.exposed_outer_seconds)},
       {"exposed tp/cp/ep", format_seconds(s.exposed_model_parallel_seconds),
        share(s.exposed_model_parallel_seconds)},
+      {"waiting for the host", format_seconds(s.host_wait_seconds),
+       share(s.host_wait_seconds) + " (CPU issuing kernels, MoE syncs)"},
       {"peak allocated", format_bytes(static_cast<double>(s.peak_allocated_bytes - non_tensor)),
        "tensors (torch.cuda.max_memory_allocated)"},
       {"peak reserved", format_bytes(static_cast<double>(s.peak_reserved_bytes - non_tensor)),
@@ -77,11 +79,12 @@ void print_summary(const Plan& plan, const Timeline& t, const ClusterSpec& clust
   out << render_table({"", "predicted", "note"}, rows, {1});
   out << fmt::format(
       "\ncritical path ({} ops): compute {}, all-gather {}, reduce-scatter {}, outer {}, "
-      "tp/cp/ep {}, optimizer {}{}\n",
+      "tp/cp/ep {}, optimizer {}{}{}\n",
       t.critical_path.size(), format_seconds(p.compute), format_seconds(p.all_gather),
       format_seconds(p.reduce_scatter), format_seconds(p.outer), format_seconds(p.model_parallel),
       format_seconds(p.optimizer),
-      p.offload > 0 ? fmt::format(", offload copies {}", format_seconds(p.offload)) : "");
+      p.offload > 0 ? fmt::format(", offload copies {}", format_seconds(p.offload)) : "",
+      p.host > 0 ? fmt::format(", waiting for the host {}", format_seconds(p.host)) : "");
 }
 
 }  // namespace

@@ -115,12 +115,14 @@ nlohmann::json point_json(const SweepPoint& p) {
     j["exposed_reduce_scatter_seconds"] = s.exposed_reduce_scatter_seconds;
     j["exposed_outer_seconds"] = s.exposed_outer_seconds;
     j["exposed_model_parallel_seconds"] = s.exposed_model_parallel_seconds;
+    j["host_wait_seconds"] = s.host_wait_seconds;
     j["critical_path"] = {{"compute", s.critical_path.compute},
                           {"all_gather", s.critical_path.all_gather},
                           {"reduce_scatter", s.critical_path.reduce_scatter},
                           {"outer", s.critical_path.outer},
                           {"model_parallel", s.critical_path.model_parallel},
                           {"offload", s.critical_path.offload},
+                          {"host", s.critical_path.host},
                           {"optimizer", s.critical_path.optimizer}};
     j["fits"] = p.fits;
     j["pareto"] = p.pareto;
@@ -265,6 +267,7 @@ void print_sweep(const SweepParams& p, const SweepResult& result, const std::str
          row("outer (HSDP)", a.critical_path.outer, b.critical_path.outer),
          row("tp/cp/ep", a.critical_path.model_parallel, b.critical_path.model_parallel),
          row("optimizer", a.critical_path.optimizer, b.critical_path.optimizer),
+         row("waiting for the host", a.critical_path.host, b.critical_path.host),
          row("step", a.step_seconds, b.step_seconds)},
         {1, 2, 3});
   }

@@ -318,8 +318,8 @@ std::vector<std::string> cluster_zoo_names() {
 ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& label) {
   const JsonReader r(json, label);
   r.expect_only({"name", "description", "notes", "gpus_per_node", "gpu", "intra_node", "inter_node",
-                 "host_link", "nccl", "compute", "collective_calibration", "non_tensor_bytes",
-                 "sources"});
+                 "host_link", "host_cpu", "nccl", "compute", "collective_calibration",
+                 "non_tensor_bytes", "sources"});
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -340,6 +340,14 @@ ClusterSpec cluster_from_json(const nlohmann::json& json, const std::string& lab
     check_measured_below_peak(h, "measured_bandwidth_bytes_per_s",
                               c.host_link.measured_bandwidth_bytes_per_s, "bandwidth_bytes_per_s",
                               c.host_link.bandwidth_bytes_per_s);
+  }
+  if (r.has("host_cpu")) {
+    const JsonReader h = r.object("host_cpu");
+    h.expect_only({"name", "time_scale"});
+    c.host_cpu.name = h.string("name");
+    // A tenth to twenty times the reference: the slowest published host (Grace, 2.75) and
+    // any CPU that drives a GPU lie well inside.
+    c.host_cpu.time_scale = h.number_in("time_scale", 0.1, 20.0);
   }
   if (r.has("compute")) c.compute = parse_compute(r.object("compute"), c.gpu);
   if (r.has("collective_calibration")) c.collective_calibration = parse_collective_calibration(r);

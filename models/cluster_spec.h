@@ -145,6 +145,14 @@ struct HostLinkSpec {
   double measured_bandwidth_bytes_per_s = 0;  // pinned cudaMemcpyAsync, large copies; 0: unknown
 };
 
+// The CPU that issues each rank's kernels. time_scale: its CPU time per op against the
+// reference host of models/host_work.h (a DGX H100's Xeon Platinum 8480C); a Grace CPU
+// takes about 2.75 times as long (NVIDIA/TransformerEngine#2053).
+struct HostCpuSpec {
+  std::string name = "Intel Xeon Platinum 8480C (reference)";
+  double time_scale = 1.0;
+};
+
 // Where the ranks of a collective sit: `ranks` in all, `ranks_per_node` of them on each
 // node of the NVLink domain (the last node may hold fewer).
 struct RankLayout {
@@ -164,6 +172,7 @@ struct ClusterSpec {
   LinkSpec inter_node;
   NcclSpec nccl;
   HostLinkSpec host_link;  // optional in a cluster file; needed by offload_activations
+  HostCpuSpec host_cpu;    // optional in a cluster file: the reference host
   ComputeSpec compute;
   std::vector<CollectiveCalibration> collective_calibration;  // empty: NCCL's model as is
   int64_t non_tensor_bytes = 0;                // CUDA context, NCCL and cuBLAS workspaces per GPU

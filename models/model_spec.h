@@ -146,6 +146,9 @@ struct ModuleCost {
   Footprint input_per_token;      // activation entering the module (full recompute keeps it)
   double token_fraction = 1.0;    // share of tokens this module sees (MoE expert: k/E)
   std::vector<ModuleComm> comms;  // tensor- and context-parallel collectives
+  // Device-to-host synchronisations its forward makes on Megatron: a dropless MoE
+  // dispatch needs the tokens per expert on the host (models/host_work.h).
+  int64_t host_syncs = 0;
 };
 
 // A node of the module tree. Names are fully qualified ("layers.3.self_attn.q_proj");

@@ -545,6 +545,11 @@ Module moe(const std::string& name, const TransformerArch& a, const Ranks& r) {
   m.cost.input_per_token = elements(d(h) / r.seq);
   const double copies = deduplicates_tokens(r.moe_dispatcher) ? distinct_rank_share(a, r.ep) : 1.0;
   m.cost.comms = dispatch_comms(r, h, routed, copies);
+  // Every Megatron dispatcher copies the tokens per expert to the host once per forward
+  // (the all-to-all's split sizes, GroupedLinear's m_splits), except drop-and-pad, whose
+  // sizes follow from the capacity (token_dispatcher.py at Megatron-LM d98e8a6). A capacity
+  // factor is taken as padded: Megatron-Bridge's and NeMo's token-drop settings pad.
+  m.cost.host_syncs = r.moe_capacity_factor > 0 ? 0 : 1;
   // torchtitan's per-op checkpointing saves the outputs of its communication ops
   // (all_to_all_single, reduce_scatter_tensor: "to avoid re-communication",
   // activation_checkpoint.py at 2026-08-21): the tokens received for dispatch and back

@@ -170,6 +170,11 @@ struct PlanSegment {
   // recompute), and the backward's (with the selective recompute's re-run first).
   std::vector<SegmentComm> forward_comms;
   std::vector<SegmentComm> backward_comms;
+  // CPU time issuing its kernels per micro-batch on the reference host (models/host_work.h),
+  // and whether its forward waits for the GPU to drain first (an MoE dispatch's sizes).
+  double forward_host_seconds = 0;
+  double backward_host_seconds = 0;
+  bool host_sync = false;
 };
 
 struct PlanBuffer {
@@ -208,6 +213,11 @@ struct PlanOp {
   std::vector<int64_t> deps;    // ops that must finish first (ids below this op's)
   std::vector<int64_t> reads;   // buffer ids
   std::vector<int64_t> writes;  // buffer ids
+  // The host's part (docs/model.md "Host time"): CPU seconds issuing this op's kernels on
+  // the reference host, in op order; host_sync: the host first waits for the compute
+  // stream's previous op to end (a device-to-host copy it needs).
+  double host_seconds = 0;
+  bool host_sync = false;
 };
 
 struct PoolPlan {

@@ -101,6 +101,12 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"full_activation_bytes", s.full_activation_bytes},
                         {"checkpointed", s.checkpointed},
                         {"workspace_bytes", s.workspace_bytes}});
+    // Written where there is host work only: plans of other stacks read as before.
+    if (s.forward_host_seconds > 0 || s.backward_host_seconds > 0) {
+      segments.back()["forward_host_seconds"] = s.forward_host_seconds;
+      segments.back()["backward_host_seconds"] = s.backward_host_seconds;
+    }
+    if (s.host_sync) segments.back()["host_sync"] = true;
   }
   nlohmann::json buffers = nlohmann::json::array();
   for (const PlanBuffer& b : plan.buffers) {
@@ -141,6 +147,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                    {"deps", ids(o.deps)},
                    {"reads", ids(o.reads)},
                    {"writes", ids(o.writes)}});
+    if (o.host_seconds > 0) ops.back()["host_seconds"] = o.host_seconds;
+    if (o.host_sync) ops.back()["host_sync"] = true;
   }
   return {{"version", plan.version},
           {"model", plan.model},
@@ -242,7 +250,10 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                    "activation_bytes",
                    "full_activation_bytes",
                    "checkpointed",
-                   "workspace_bytes"});
+                   "workspace_bytes",
+                   "forward_host_seconds",
+                   "backward_host_seconds",
+                   "host_sync"});
     plan.segments.push_back(PlanSegment{
         .id = s.integer("id"),
         .unit = s.integer("unit"),
@@ -275,7 +286,12 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
         .checkpointed = s.boolean("checkpointed"),
         // Optional: plans written before it existed held no workspace.
         .workspace_bytes =
-            s.has("workspace_bytes") ? s.non_negative_number("workspace_bytes") : 0.0});
+            s.has("workspace_bytes") ? s.non_negative_number("workspace_bytes") : 0.0,
+        .forward_host_seconds =
+            s.has("forward_host_seconds") ? s.non_negative_number("forward_host_seconds") : 0.0,
+        .backward_host_seconds =
+            s.has("backward_host_seconds") ? s.non_negative_number("backward_host_seconds") : 0.0,
+        .host_sync = s.boolean_or("host_sync", false)});
   }
   for (const JsonReader& b : r.objects("buffers")) {
     b.expect_only({"id", "name", "role", "unit", "group", "micro_batch", "dtype", "bytes",
@@ -303,7 +319,7 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"id", "name", "stream", "kind", "unit", "segment", "micro_batch", "bytes",
                    "flops", "attention_flops", "bf16_gemm_flops", "group", "deps", "reads",
-                   "writes"});
+                   "writes", "host_seconds", "host_sync"});
     plan.ops.push_back(
         PlanOp{.id = o.integer("id"),
                .stream = parse_named<Stream>(o, "stream", parse_stream, stream_names, "stream"),
@@ -320,7 +336,9 @@ Plan plan_from_json(const nlohmann::json& json, const std::string& label) {
                .group = o.integer("group"),
                .deps = o.integers("deps"),
                .reads = o.integers("reads"),
-               .writes = o.integers("writes")});
+               .writes = o.integers("writes"),
+               .host_seconds = o.has("host_seconds") ? o.non_negative_number("host_seconds") : 0.0,
+               .host_sync = o.boolean_or("host_sync", false)});
     if (plan.ops.back().attention_flops > plan.ops.back().flops)
       o.fail("attention_flops", "exceeds the op's flops");
     if (plan.ops.back().attention_flops + plan.ops.back().bf16_gemm_flops > plan.ops.back().flops)

@@ -39,6 +39,7 @@ namespace {
 
 using limits::kMaxGpuMemoryBytes;
 using limits::kMinGpuMemoryBytes;
+using plan_limits::kMaxHostSeconds;
 using plan_limits::kMaxOpBytes;
 using plan_limits::kMaxOpFlops;
 
@@ -299,6 +300,8 @@ std::optional<PlanError> check_segment(const PlanSegment& s) {
       {"activation_bytes", s.activation_bytes, kMaxGpuMemoryBytes, "one GPU's memory"},
       {"full_activation_bytes", s.full_activation_bytes, kMaxGpuMemoryBytes, "one GPU's memory"},
       {"workspace_bytes", s.workspace_bytes, kMaxGpuMemoryBytes, "one GPU's memory"},
+      {"forward_host_seconds", s.forward_host_seconds, kMaxHostSeconds, "CPU seconds of a pass"},
+      {"backward_host_seconds", s.backward_host_seconds, kMaxHostSeconds, "CPU seconds of a pass"},
   };
   for (const Number& n : numbers) {
     if (!(n.value >= 0 && at_most(n.value, n.limit))) {
@@ -349,6 +352,11 @@ std::optional<PlanError> check_op_numbers(const PlanOp& op) {
                     "parts non-negative and within its flops",
                     op.id, op.name, op.bytes, op.flops, op.attention_flops, op.bf16_gemm_flops,
                     kMaxOpBytes, kMaxOpFlops)};
+  }
+  if (!(op.host_seconds >= 0 && op.host_seconds <= kMaxHostSeconds)) {
+    return PlanError{PlanErrorKind::out_of_range,
+                     fmt::format("op {} '{}' has host_seconds {}, outside [0, {}]", op.id, op.name,
+                                 op.host_seconds, kMaxHostSeconds)};
   }
   return std::nullopt;
 }

@@ -53,6 +53,10 @@ inline constexpr double kMaxOpBytes = 0x1p50;
 // Llama 3.1 405B (3.8 · 10^25 FLOPs, Dubey et al. 2024, "The Llama 3 Herd of Models").
 inline constexpr double kMaxOpFlops = 1e27;
 
+// CPU seconds issuing one op or one segment's pass: an hour, where the largest layer's
+// kernels take milliseconds (models/host_work.h).
+inline constexpr double kMaxHostSeconds = 3600.0;
+
 }  // namespace plan_limits
 
 // The one plan check (STYLE.md §5), used by every test, by every command that reads a

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "models/host_work.h"
 #include "planner/sharding.h"
 
 namespace shardplan {
@@ -18,6 +19,8 @@ class Emitter {
 
   int64_t op(PlanOp o) {
     o.id = static_cast<int64_t>(plan_.ops.size());
+    // The host issues each collective as one op (c10d's call, NCCL's launch).
+    if (is_collective(o.kind)) o.host_seconds = kHostOpSeconds;
     std::sort(o.deps.begin(), o.deps.end());
     o.deps.erase(std::unique(o.deps.begin(), o.deps.end()), o.deps.end());
     for (int64_t b : o.reads) touch(b, o.id);
@@ -195,7 +198,9 @@ class ScheduleBuilder {
                   .bf16_gemm_flops = seg.forward_bf16_gemm_flops,
                   .deps = std::move(deps),
                   .reads = std::move(reads),
-                  .writes = std::move(writes)};
+                  .writes = std::move(writes),
+                  .host_seconds = seg.forward_host_seconds,
+                  .host_sync = seg.host_sync};
   }
   void reduce_outer(int64_t unit, int64_t inner_reduce);
   // What a segment's compute op holds while it runs and frees when it ends.
@@ -266,6 +271,9 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
   work.deps.insert(work.deps.end(), pending_side_.begin(), pending_side_.end());
   pending_side_.clear();
   if (comms.empty()) return emit_.op(std::move(work));
+  // A host sync comes before the segment's first op: its collectives run ahead of it.
+  bool host_sync = work.host_sync;
+  work.host_sync = false;
   // One buffer per role (tp, ep, cp), sized for its largest collective.
   constexpr std::array<BufferRole, 3> kRoles = {BufferRole::tp_buffer, BufferRole::ep_buffer,
                                                 BufferRole::cp_buffer};
@@ -311,7 +319,9 @@ int64_t ScheduleBuilder::emit_work(PlanOp work, const PlanSegment& seg,
                           .bytes = c.bytes,
                           .group = axis_groups_[static_cast<std::size_t>(c.axis)],
                           .deps = start_deps,
-                          .writes = writes});
+                          .writes = writes,
+                          .host_sync = host_sync});
+      host_sync = false;
       (overlapped ? pending_side_ : work.deps).push_back(id);
     }
   }
@@ -689,7 +699,8 @@ int64_t ScheduleBuilder::emit_backward_of(const PlanSegment& seg, int64_t positi
                           .bf16_gemm_flops = seg.backward_bf16_gemm_flops,
                           .deps = std::move(deps),
                           .reads = std::move(reads),
-                          .writes = std::move(writes)},
+                          .writes = std::move(writes),
+                          .host_seconds = seg.backward_host_seconds},
                    seg, seg.backward_comms, "bwd");
 }
 

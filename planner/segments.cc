@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "models/error.h"
+#include "models/host_work.h"
 
 namespace shardplan {
 namespace {
@@ -222,6 +223,10 @@ std::vector<PlanSegment> build_segments(const std::vector<TracedModule>& traced,
     s.activation_bytes += saved_activation_bytes(*t.module, shape, mode);
     s.workspace_bytes = std::max(s.workspace_bytes, workspace_bytes(*t.module, shape));
     add_comms(*t.module, shape, recompute, s);
+    const HostWork host = host_work(*t.module, shape);
+    s.forward_host_seconds += host.forward_seconds;
+    s.backward_host_seconds += host.backward_seconds;
+    s.host_sync = s.host_sync || host.forward_syncs > 0;
   }
   return segments;
 }

@@ -38,6 +38,7 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
   s.exposed_outer_seconds = extend(a.exposed_outer_seconds, b.exposed_outer_seconds);
   s.exposed_model_parallel_seconds =
       extend(a.exposed_model_parallel_seconds, b.exposed_model_parallel_seconds);
+  s.host_wait_seconds = extend(a.host_wait_seconds, b.host_wait_seconds);
   PathBreakdown& p = s.critical_path;
   const PathBreakdown &p2 = a.critical_path, &p3 = b.critical_path;
   p.compute = extend(p2.compute, p3.compute);
@@ -46,6 +47,8 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
   p.outer = extend(p2.outer, p3.outer);
   p.optimizer = extend(p2.optimizer, p3.optimizer);
   p.model_parallel = extend(p2.model_parallel, p3.model_parallel);
+  p.offload = extend(p2.offload, p3.offload);
+  p.host = extend(p2.host, p3.host);
   // Tokens and model FLOPs grow with the micro-batches exactly; executed FLOPs (the
   // optimizer's included) linearly.
   const double tokens_ratio = static_cast<double>(g) / 3.0 * b.step_seconds / s.step_seconds;
@@ -67,6 +70,7 @@ double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const Clus
   const std::unique_ptr<OffsetAssigner> assigner = make_online_assigner();
   const Plan plan = build_plan(model, cluster, one, assigner.get());
   double seconds = 0;
+  double host = 0;  // the CPU issues every micro-batch's compute ops one after another
   GemmRateCache rates;
   for (const PlanOp& op : plan.ops) {
     const bool compute =
@@ -74,8 +78,9 @@ double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const Clus
     const bool blocking_model_parallel =
         op.stream == Stream::compute && is_model_parallel_group(plan, op.group);
     if (compute || blocking_model_parallel) seconds += op_cost(plan, op, cluster, &rates).seconds;
+    if (compute) host += op.host_seconds * cluster.host_cpu.time_scale;
   }
-  return seconds;
+  return std::max(seconds, host);
 }
 
 }  // namespace shardplan

@@ -29,8 +29,9 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
 // `resolved`'s compute_class (planner/sweep.h) is busy at least: one micro-batch's
 // forward, backward and recompute ops, and the tensor/context-parallel collectives that
 // block the compute stream, each at its cost alone (the stream runs them one after
-// another; shared links and overlap only slow them). grad_accum times it bounds the step
-// time from below: the sweep's step_lower_bound.
+// another; shared links and overlap only slow them) — or, when longer, the CPU time the
+// host takes to issue those compute ops (it issues them one after another too).
+// grad_accum times it bounds the step time from below: the sweep's step_lower_bound.
 double compute_stream_seconds_per_micro_batch(const ModelSpec& model, const ClusterSpec& cluster,
                                               const FsdpConfig& resolved);
 

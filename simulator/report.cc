@@ -232,6 +232,7 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
       {"exposed reduce-scatter", format_seconds(s.exposed_reduce_scatter_seconds)},
       {"exposed outer", format_seconds(s.exposed_outer_seconds)},
       {"exposed tp/cp/ep", format_seconds(s.exposed_model_parallel_seconds)},
+      {"waiting for the host", format_seconds(s.host_wait_seconds)},
       {"peak allocated (tensors)",
        gib(static_cast<double>(s.peak_allocated_bytes - plan.non_tensor_bytes))},
       {"peak reserved (allocator)",
@@ -243,10 +244,11 @@ std::string summary_table(const Plan& plan, const Timeline& t) {
                    gib(static_cast<double>(s.capacity_bytes)), s.fits ? "fits" : "does not fit")},
       {"critical path",
        fmt::format(
-           "compute {}, all-gather {}, reduce-scatter {}, outer {}, tp/cp/ep {}, optimizer {}",
+           "compute {}, all-gather {}, reduce-scatter {}, outer {}, tp/cp/ep {}, optimizer {}, "
+           "waiting for the host {}",
            format_seconds(p.compute), format_seconds(p.all_gather),
            format_seconds(p.reduce_scatter), format_seconds(p.outer),
-           format_seconds(p.model_parallel), format_seconds(p.optimizer))},
+           format_seconds(p.model_parallel), format_seconds(p.optimizer), format_seconds(p.host))},
   };
   std::string html = "<table>\n";
   for (const auto& [k, v] : rows)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -36,6 +37,7 @@ struct Running {
   int64_t op;
   double latency_left;  // collectives: seconds of latency still to run (rate 1)
   double work_left;     // seconds of work at rate 1
+  double min_end;       // not before the host has issued its last kernel
 };
 
 // By kind, not stream: blocking tensor- and context-parallel collectives run on the
@@ -44,43 +46,109 @@ bool is_collective(const PlanOp& op) {
   return shardplan::is_collective(op.kind);
 }
 
-// Runs the event loop; fills start and end per op.
-void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
-                std::vector<double>& start, std::vector<double>& end) {
+// The host's side (docs/model.md "Host time"): one CPU thread issues the ops in plan
+// order, op.host_seconds each (scaled to the cluster's CPU); an op starts no earlier than
+// the host begins issuing it and ends no earlier than the host has issued all of it. At a
+// host_sync the host first waits for the compute stream's previous op to end.
+class Host {
+ public:
+  Host(const Plan& plan, const ClusterSpec& cluster)
+      : plan_(plan),
+        scale_(cluster.host_cpu.time_scale),
+        issue_(plan.ops.size(), 0),
+        issued_(plan.ops.size(), 0),
+        sync_target_(plan.ops.size(), -1) {
+    int64_t last_compute = -1;
+    for (const PlanOp& op : plan.ops) {
+      if (op.host_sync) sync_target_[static_cast<std::size_t>(op.id)] = last_compute;
+      if (op.stream == Stream::compute) last_compute = op.id;
+    }
+  }
+  // Issues every op it can; `ended` says which ops have ended, `end` when.
+  void advance(const std::vector<char>& ended, const std::vector<double>& end) {
+    while (next_ < plan_.ops.size()) {
+      const int64_t target = sync_target_[next_];
+      if (target >= 0) {
+        const auto t = static_cast<std::size_t>(target);
+        if (!ended[t]) return;
+        clock_ = std::max(clock_, end[t]);
+      }
+      issue_[next_] = clock_;
+      clock_ += plan_.ops[next_].host_seconds * scale_;
+      issued_[next_] = clock_;
+      ++next_;
+    }
+  }
+  bool reached(std::size_t op) const { return op < next_; }
+  double issue(std::size_t op) const { return issue_[op]; }
+  double issued(std::size_t op) const { return issued_[op]; }
+
+ private:
+  const Plan& plan_;
+  const double scale_;
+  std::vector<double> issue_, issued_;
+  std::vector<int64_t> sync_target_;
+  std::size_t next_ = 0;
+  double clock_ = 0;
+};
+
+// Runs the event loop; fills start and end per op. Returns the time the compute stream's
+// ops waited for the host: started after their inputs were ready, or ended after their work.
+double run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
+                  std::vector<double>& start, std::vector<double>& end) {
   const auto n = plan.ops.size();
   std::vector<OpCost> cost(n);
   GemmRateCache gemm_rates;
   for (std::size_t i = 0; i < n; ++i) cost[i] = op_cost(plan, plan.ops[i], cluster, &gemm_rates);
   std::vector<std::size_t> waiting(n);
-  std::vector<int64_t> ready;  // kept sorted descending, so the lowest id is at the back
+  std::vector<int64_t> ready;  // inputs ready, kept sorted descending (lowest id at the back)
+  std::vector<double> ready_at(n, 0), work_done_at(n, -1);  // -1: work still to do
+  std::vector<char> ended(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     waiting[i] = boost::in_degree(i, g);
     if (waiting[i] == 0) ready.push_back(static_cast<int64_t>(i));
   }
   std::sort(ready.rbegin(), ready.rend());
+  Host host(plan, cluster);
+  host.advance(ended, end);
   std::vector<Running> running;
   std::vector<int64_t> finished;  // per event, kept to reuse their storage
+  std::vector<int64_t> held;      // ready but not yet issued by the host
   std::vector<double> rates;
   double now = 0;
+  double host_wait = 0;
   std::size_t done = 0;
   const double slowdown = 1.0 + cluster.compute.overlap_slowdown;
   while (done < n) {
-    // Start everything ready, lowest id first (each stream has at most one: the stream
-    // predecessor edge keeps a stream's ops in order).
+    // Start everything ready that the host has issued, lowest id first (each stream has at
+    // most one: the stream predecessor edge keeps a stream's ops in order).
+    const double tolerance = 1e-12 * std::max(now, 1e-9);
+    held.clear();
+    double next_issue = std::numeric_limits<double>::infinity();
     while (!ready.empty()) {
       const int64_t id = ready.back();
       ready.pop_back();
-      const OpCost& c = cost[static_cast<std::size_t>(id)];
-      start[static_cast<std::size_t>(id)] = now;
-      running.push_back({id, c.latency_seconds, c.seconds - c.latency_seconds});
+      const auto i = static_cast<std::size_t>(id);
+      if (!host.reached(i) || host.issue(i) > now + tolerance) {
+        if (host.reached(i)) next_issue = std::min(next_issue, host.issue(i));
+        held.push_back(id);
+        continue;
+      }
+      const OpCost& c = cost[i];
+      start[i] = now;
+      if (plan.ops[i].stream == Stream::compute) host_wait += now - ready_at[i];
+      running.push_back({id, c.latency_seconds, c.seconds - c.latency_seconds, host.issued(i)});
+      if (running.back().latency_left <= 0 && running.back().work_left <= 0) work_done_at[i] = now;
     }
-    if (running.empty()) throw std::logic_error("simulate: the op graph has a cycle");
-    // Rates: compute slows while any collective runs; transfers share their tier.
+    ready.assign(held.rbegin(), held.rend());
+    if (running.empty() && !std::isfinite(next_issue))
+      throw std::logic_error("simulate: the op graph has a cycle");
+    // Rates: compute slows while any collective moves data; transfers share their tier.
     bool collective_running = false;
     int64_t sharing[3] = {0, 0, 0};
     for (const Running& r : running) {
       const PlanOp& op = plan.ops[static_cast<std::size_t>(r.op)];
-      if (!is_collective(op)) continue;
+      if (!is_collective(op) || (r.latency_left <= 0 && r.work_left <= 0)) continue;
       collective_running = true;
       if (r.latency_left <= 0)
         ++sharing[static_cast<int>(cost[static_cast<std::size_t>(r.op)].tier)];
@@ -94,46 +162,57 @@ void run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
       const int64_t k = sharing[static_cast<int>(cost[static_cast<std::size_t>(r.op)].tier)];
       return 1.0 / static_cast<double>(std::max<int64_t>(k, 1));
     };
-    double step = std::numeric_limits<double>::infinity();
+    double step = next_issue - now;
     for (const Running& r : running) {
-      const double left = r.latency_left > 0 ? r.latency_left : r.work_left;
-      step = std::min(step, left / rate(r));
+      const double left = r.latency_left > 0 ? r.latency_left / rate(r)
+                          : r.work_left > 0  ? r.work_left / rate(r)
+                                             : r.min_end - now;  // waiting for the host
+      step = std::min(step, left);
     }
     step = std::max(step, 0.0);
     now += step;
     finished.clear();
     rates.clear();
     for (const Running& r : running) rates.push_back(rate(r));
+    // A phase within a relative 1e-12 of its end counts as ended (rounding).
+    const double after = 1e-12 * std::max(now, 1e-9);
     for (std::size_t k = 0; k < running.size(); ++k) {
       Running& r = running[k];
-      // A phase within a relative 1e-12 of its end counts as ended (rounding).
-      const double tolerance = 1e-12 * std::max(now, 1e-9);
       if (r.latency_left > 0) {
         r.latency_left -= step * rates[k];
-        if (r.latency_left <= tolerance) r.latency_left = 0;
-      } else {
+        if (r.latency_left <= after) r.latency_left = 0;
+      } else if (r.work_left > 0) {
         r.work_left -= step * rates[k];
-        if (r.work_left <= tolerance) finished.push_back(r.op);
+        if (r.work_left <= after) {
+          r.work_left = 0;
+          work_done_at[static_cast<std::size_t>(r.op)] = now;
+        }
       }
-    }
-    // An op whose latency just ended with no transfer left is finished too.
-    for (const Running& r : running) {
-      if (r.latency_left == 0 && r.work_left <= 0 &&
-          std::find(finished.begin(), finished.end(), r.op) == finished.end())
+      // An op whose latency just ended with no transfer left is finished too.
+      if (r.latency_left == 0 && r.work_left <= 0 && now >= r.min_end - after)
         finished.push_back(r.op);
     }
     std::sort(finished.begin(), finished.end());
     for (int64_t id : finished) {
-      end[static_cast<std::size_t>(id)] = now;
+      const auto i = static_cast<std::size_t>(id);
+      end[i] = now;
+      ended[i] = 1;
+      if (plan.ops[i].stream == Stream::compute && work_done_at[i] >= 0)
+        host_wait += now - work_done_at[i];
       ++done;
       std::erase_if(running, [&](const Running& r) { return r.op == id; });
-      for (auto [e, last] = boost::out_edges(static_cast<std::size_t>(id), g); e != last; ++e) {
+      for (auto [e, last] = boost::out_edges(i, g); e != last; ++e) {
         const std::size_t next = boost::target(*e, g);
-        if (--waiting[next] == 0) ready.push_back(static_cast<int64_t>(next));
+        if (--waiting[next] == 0) {
+          ready.push_back(static_cast<int64_t>(next));
+          ready_at[next] = now;
+        }
       }
     }
+    if (!finished.empty()) host.advance(ended, end);
     std::sort(ready.rbegin(), ready.rend());
   }
+  return host_wait;
 }
 
 // Back from the op that ends last, through the predecessor that ended last (the one the
@@ -226,7 +305,7 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   const auto n = plan.ops.size();
   const Graph g = op_graph(plan);
   std::vector<double> start(n, 0), end(n, 0);
-  run_events(plan, cluster, g, start, end);
+  const double host_wait = run_events(plan, cluster, g, start, end);
 
   Timeline t = plan_timeline(plan, "predicted", std::string(allocator_name(plan.config.allocator)),
                              start, end);
@@ -237,12 +316,17 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   if (s.step_seconds > 0)
     s.tokens_per_second_per_gpu = static_cast<double>(plan.tokens_per_gpu) / s.step_seconds;
   s.mfu = model_flops_utilization(plan, s.step_seconds, cluster);
+  s.host_wait_seconds = host_wait;
 
   t.critical_path = critical_path(g, end);
+  double path_end = 0;  // where the path's previous op ended
   for (int64_t id : t.critical_path) {
     const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
     const double d = end[static_cast<std::size_t>(id)] - start[static_cast<std::size_t>(id)];
     PathBreakdown& p = s.critical_path;
+    // An op that started after the one it waited for had ended waited for the host.
+    p.host += std::max(start[static_cast<std::size_t>(id)] - path_end, 0.0);
+    path_end = end[static_cast<std::size_t>(id)];
     switch (op.stream) {
       case Stream::tp:
       case Stream::cp:

@@ -139,6 +139,7 @@ nlohmann::json timeline_to_json(const Timeline& t) {
             {"exposed_reduce_scatter_seconds", s.exposed_reduce_scatter_seconds},
             {"exposed_outer_seconds", s.exposed_outer_seconds},
             {"exposed_model_parallel_seconds", s.exposed_model_parallel_seconds},
+            {"host_wait_seconds", s.host_wait_seconds},
             {"peak_allocated_bytes", s.peak_allocated_bytes},
             {"peak_reserved_bytes", s.peak_reserved_bytes},
             {"capacity_bytes", s.capacity_bytes},
@@ -150,7 +151,8 @@ nlohmann::json timeline_to_json(const Timeline& t) {
               {"outer", p.outer},
               {"optimizer", p.optimizer},
               {"model_parallel", p.model_parallel},
-              {"offload", p.offload}}}}},
+              {"offload", p.offload},
+              {"host", p.host}}}}},
           {"critical_path", t.critical_path},
           {"ops", std::move(ops)},
           {"memory", std::move(memory)}};
@@ -185,6 +187,8 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
   m.exposed_outer_seconds = step_seconds_of(s, "exposed_outer_seconds");
   // Absent from timelines written before tensor and context parallelism.
   m.exposed_model_parallel_seconds = optional_step_seconds(s, "exposed_model_parallel_seconds");
+  // Absent from timelines written before the host model (2026-11-29).
+  m.host_wait_seconds = optional_step_seconds(s, "host_wait_seconds");
   m.peak_allocated_bytes = s.integer_in("peak_allocated_bytes", 0, limits::kMaxPoolBytes);
   m.peak_reserved_bytes = s.integer_in("peak_reserved_bytes", 0, limits::kMaxPoolBytes);
   m.capacity_bytes = s.integer_in("capacity_bytes", 0, limits::kMaxPoolBytes);
@@ -197,7 +201,8 @@ Timeline timeline_from_json(const nlohmann::json& json, const std::string& label
                      .optimizer = step_seconds_of(p, "optimizer"),
                      .model_parallel = optional_step_seconds(p, "model_parallel"),
                      // Absent from timelines written before activation offload.
-                     .offload = optional_step_seconds(p, "offload")};
+                     .offload = optional_step_seconds(p, "offload"),
+                     .host = optional_step_seconds(p, "host")};
   for (const JsonReader& o : r.objects("ops")) {
     o.expect_only({"op", "name", "stream", "kind", "start", "end", "bytes", "flops", "group"});
     TimelineOp op{.op = o.integer("op"),

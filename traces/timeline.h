@@ -48,6 +48,9 @@ struct PathBreakdown {
   double optimizer = 0;
   double model_parallel = 0;  // tensor- and context-parallel collectives
   double offload = 0;         // activation offload's copies to and from host
+  // Gaps where the path's next op started after the one before it ended: it waited for
+  // the host to issue it (predicted only).
+  double host = 0;
 };
 
 struct TimelineSummary {
@@ -63,6 +66,9 @@ struct TimelineSummary {
   // Tensor- and context-parallel collectives (tp, cp streams, and those blocking the
   // compute stream) while no compute runs.
   double exposed_model_parallel_seconds = 0;
+  // Time the compute stream's ops waited for the CPU to issue them (predicted only:
+  // docs/model.md "Host time").
+  double host_wait_seconds = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;
   int64_t capacity_bytes = 0;

@@ -11,6 +11,7 @@
 #include "models/zoo.h"
 #include "planner/memory_estimate.h"
 #include "planner/plan_builder.h"
+#include "planner/plan_json.h"
 #include "planner/plan_validator.h"
 #include "planner/rank_model.h"
 #include "planner/sharding.h"
@@ -456,6 +457,54 @@ TEST(MoePlan, FewTokensRoundAnExpertsMatmulUpToARowAndStillValidate) {
         build_plan(model, cluster, resolved(model, cluster, {{"ep", 2}, {"seq_len", seq_len}}));
     EXPECT_FALSE(validate_plan(plan).has_value()) << "seq_len " << seq_len;
   }
+}
+
+}  // namespace
+}  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// The host's side of an MoE plan (docs/model.md "Host time"): each layer's forward starts
+// with a host sync (the dispatch's split sizes) on the first op it emits — with ep 2 its
+// dispatch all-to-all — unless a capacity factor pads the experts; compute ops carry
+// their segment's host seconds; both survive plan.json; a negative figure is refused.
+TEST(MoePlan, DroplessLayersSyncTheHostBeforeTheirDispatch) {
+  const ModelSpec model = load_model("tiny-moe");
+  const ClusterSpec cluster = load_cluster("dgx-h100", std::nullopt, 4);
+  const nlohmann::json base = {{"ep", 2}, {"moe_dispatcher", "alltoall"}, {"seq_len", 128}};
+  const Plan plan = build_plan(model, cluster, resolved(model, cluster, base));
+  ASSERT_FALSE(validate_plan(plan).has_value());
+  int64_t syncs = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (!op.host_sync) continue;
+    ++syncs;
+    EXPECT_EQ(op.kind, OpKind::all_to_all) << op.name;
+    EXPECT_NE(op.name.find("fwd"), std::string::npos) << op.name;
+  }
+  EXPECT_EQ(syncs, 2);  // two MoE layers, one micro-batch
+  const PlanOp& fwd = op_named(plan, "fwd layers.0 mb0");
+  EXPECT_GT(fwd.host_seconds, 0);
+  EXPECT_DOUBLE_EQ(fwd.host_seconds,
+                   plan.segments[static_cast<std::size_t>(fwd.segment)].forward_host_seconds);
+
+  const Plan back = plan_from_json(plan_to_json(plan), "plan.json");
+  ASSERT_EQ(back.ops.size(), plan.ops.size());
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    EXPECT_EQ(back.ops[i].host_seconds, plan.ops[i].host_seconds) << i;
+    EXPECT_EQ(back.ops[i].host_sync, plan.ops[i].host_sync) << i;
+  }
+  EXPECT_EQ(back.segments[1].host_sync, true);
+
+  nlohmann::json padded = base;
+  padded["moe_capacity_factor"] = 1.0;
+  const Plan dropping = build_plan(model, cluster, resolved(model, cluster, padded));
+  for (const PlanOp& op : dropping.ops) EXPECT_FALSE(op.host_sync) << op.name;
+
+  nlohmann::json bad = plan_to_json(plan);
+  bad["ops"][0]["host_seconds"] = -1.0;
+  testing::expect_input_error([&] { plan_from_json(bad, "plan.json"); }, "/ops/0/host_seconds", "",
+                              "plan.json");
 }
 
 }  // namespace
