@@ -290,6 +290,14 @@ void step_settings(const FsdpConfig& c, Settings& s) {
       break;
   }
   if (c.offload_activations > 0) s.set("cpu_offloading_num_layers", c.offload_activations);
+  if (c.cuda_graphs.has(CudaGraphScope::full_iteration)) {
+    s.set("cuda_graph_impl", "full_iteration");
+  } else if (c.cuda_graphs.any()) {
+    s.set("cuda_graph_impl", "transformer_engine");
+    // No module list: the whole layer.
+    if (!c.cuda_graphs.has(CudaGraphScope::layer))
+      s.set("cuda_graph_modules", cuda_graph_scope_list(c.cuda_graphs));
+  }
   s.set("micro_batch_size", c.micro_batch);
   s.set("global_batch_size", c.micro_batch * c.grad_accum * c.dp_shard * c.dp_outer,
         fmt::format("{} micro-batch(es) per step", c.grad_accum));

@@ -31,6 +31,7 @@ const std::map<std::string, std::string, std::less<>>& megatron_dests() {
       {"seq_len", "seq_length"},
       {"recompute", "recompute_granularity"},
       {"recompute_modules", "recompute_modules"},
+      {"cuda_graphs", "cuda_graph_modules"},
       {"fp8", "fp8"},
       {"fp8_recipe", "fp8_recipe"},
       {"fp8_param_gather", "fp8_param_gather"},

@@ -287,6 +287,60 @@ void read_precision(ArgReader& r, nlohmann::json& c, bool fsdp) {
   c["fp8_param_gather"] = r.flag("fp8_param_gather");
 }
 
+// --cuda-graph-impl with --cuda-graph-modules (Megatron-LM d98e8a6; the deprecated
+// --cuda-graph-scope, --enable-cuda-graph and --external-cuda-graph, Bridge's
+// cfg.model.cuda_graph_scope) as shardplan's cuda_graphs: "layer" for a per-layer
+// implementation with no module list (the whole layer), "full_iteration" for the whole
+// step; local and transformer_engine graphs cost the host alike.
+void read_cuda_graphs(ArgReader& r, nlohmann::json& c) {
+  std::string impl = r.text("cuda_graph_impl").value_or("none");
+  if (r.flag("enable_cuda_graph")) impl = "local";
+  if (r.flag("external_cuda_graph")) impl = "transformer_engine";
+  std::vector<std::string> modules;
+  std::string given;  // the dest the list came from, for errors
+  for (const char* dest :
+       {"cuda_graph_modules", "cuda_graph_scope", "cuda_graph_scope_deprecated"}) {
+    if (!r.has(dest)) continue;
+    given = dest;
+    for (const std::string& text : r.texts(dest)) {
+      // A comma-separated string (_parse_cuda_graph_modules_arg) or a list; a dumped config
+      // may write the enum's repr.
+      std::size_t start = 0;
+      while (start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        std::string name = text.substr(start, comma - start);
+        if (const std::size_t dot = name.rfind('.'); dot != std::string::npos)
+          name = name.substr(dot + 1);
+        if (!name.empty()) modules.push_back(name);
+        start = comma + 1;
+      }
+    }
+  }
+  if (impl == "none") return;  // the module list has no effect (Megatron warns)
+  if (impl != "local" && impl != "transformer_engine" && impl != "full_iteration") {
+    r.fail("cuda_graph_impl",
+           fmt::format("{} is not none, local, transformer_engine or full_iteration",
+                       quote_input(impl)));
+  }
+  // "full_iteration" as a module is the deprecated spelling of the implementation; "full"
+  // of the whole layer (cuda_graph_config.py).
+  if (modules == std::vector<std::string>{"full_iteration"}) impl = "full_iteration";
+  if (impl == "full_iteration") {
+    if (!modules.empty() && modules != std::vector<std::string>{"full_iteration"}) {
+      r.fail(given, "must be empty with --cuda-graph-impl full_iteration (Megatron asserts it)");
+    }
+    c["cuda_graphs"] = {"full_iteration"};
+    return;
+  }
+  if (modules.empty() || modules == std::vector<std::string>{"full"}) {
+    c["cuda_graphs"] = {"layer"};
+    return;
+  }
+  if (std::find(modules.begin(), modules.end(), "mamba") != modules.end())
+    r.fail(given, "mamba captures Mamba layers, which shardplan does not model");
+  c["cuda_graphs"] = modules;
+}
+
 void read_recompute(ArgReader& r, nlohmann::json& c, int64_t num_layers) {
   std::optional<std::string> granularity = r.text("recompute_granularity");
   // --recompute-activations: the old spelling of selective (validate_args).
@@ -441,6 +495,7 @@ StackJob megatron_stack_job(const MegatronArgs& args, StackFormat format,
   read_fsdp(r, c, bridge);
   read_precision(r, c, fsdp);
   read_recompute(r, c, job.model["num_layers"].get<int64_t>());
+  read_cuda_graphs(r, c);
   const std::optional<int64_t> micro = positive_count(r, "micro_batch_size");
   if (!micro) r.fail("micro_batch_size", "is required (Megatron-LM asserts it)");
   c["micro_batch"] = *micro;

@@ -110,16 +110,140 @@ int64_t own_syncs(const Module& m, const BatchShape& shape) {
   return 0;
 }
 
+// Host seconds of ops issued eagerly.
+HostWork eager(const Ops& o, int64_t syncs) {
+  return {
+      .forward_seconds = o.forward * kHostOpSeconds + o.forward_launches * kHostLaunchSeconds,
+      .backward_seconds = o.backward * kHostOpSeconds + o.backward_launches * kHostLaunchSeconds,
+      .forward_syncs = syncs};
+}
+
+// ... and captured in a CUDA graph: one call of the graphed callable, one graph launch
+// and each kernel node in it, forward and backward alike (Transformer Engine's
+// make_graphed_callables captures both).
+HostWork graphed(const Ops& o) {
+  auto replay = [](double kernels) {
+    return kHostOpSeconds + kGraphLaunchSeconds + kernels * kGraphNodeSeconds;
+  };
+  return {.forward_seconds = replay(o.forward + o.forward_launches),
+          .backward_seconds = replay(o.backward + o.backward_launches)};
+}
+
+HostWork& operator+=(HostWork& a, const HostWork& b) {
+  a.forward_seconds += b.forward_seconds;
+  a.backward_seconds += b.backward_seconds;
+  a.forward_syncs += b.forward_syncs;
+  return a;
+}
+
+Ops& operator+=(Ops& a, const Ops& b) {
+  a.forward += b.forward;
+  a.backward += b.backward;
+  a.forward_launches += b.forward_launches;
+  a.backward_launches += b.backward_launches;
+  return a;
+}
+
+// A subtree's ops and syncs, issued eagerly.
+struct Tally {
+  Ops ops;
+  int64_t syncs = 0;
+};
+
+Tally tally(const Module& module, const BatchShape& shape) {
+  Tally t;
+  for_each_module(module, [&](const Module& m) {
+    t.ops += own_ops(m, shape);
+    t.syncs += own_syncs(m, shape);
+  });
+  return t;
+}
+
+// The share of the dispatch's own ops that its preprocessing runs in forward (the routing
+// map's counts and the permutation's indices, of the MoE block's 12): what moe_preprocess
+// captures.
+constexpr double kPreprocessOps = 4;
+
+// A decoder layer under per-layer CUDA graphs (Megatron's local or transformer_engine
+// implementation): children input norm, attention, pre-MLP norm, MLP or MoE block; the
+// layer's two residual adds go with the attention and MLP parts.
+HostWork layer_host_work(const Module& layer, const BatchShape& shape) {
+  const CudaGraphScopes g = shape.cuda_graphs;
+  const Ops own = own_ops(layer, shape);
+  const Ops half = {.forward = own.forward / 2, .backward = own.backward / 2};
+  Ops attn = half;
+  attn += tally(layer.children[0], shape).ops;
+  attn += tally(layer.children[1], shape).ops;
+  const Module& block = layer.children[3];
+  const Tally mlp_norm = tally(layer.children[2], shape);
+  const Tally whole_block = tally(block, shape);
+  HostWork w =
+      g.has(CudaGraphScope::layer) || g.has(CudaGraphScope::attn) ? graphed(attn) : eager(attn, 0);
+  const bool moe = block.type == "MoE";
+  // The layer scope takes an MoE block whole only when its dispatch does not sync.
+  const bool whole =
+      moe ? (g.has(CudaGraphScope::moe) || (g.has(CudaGraphScope::layer) && whole_block.syncs == 0))
+          : (g.has(CudaGraphScope::mlp) || g.has(CudaGraphScope::layer));
+  Ops mlp = half;
+  mlp += mlp_norm.ops;
+  if (whole) {
+    mlp += whole_block.ops;
+    w += graphed(mlp);
+    return w;
+  }
+  if (!moe || !(g.has(CudaGraphScope::moe_router) || g.has(CudaGraphScope::layer))) {
+    mlp += whole_block.ops;
+    w += eager(mlp, whole_block.syncs);
+    return w;
+  }
+  // moe_router (and a dropless block under layer, which Megatron graphs up to its
+  // dispatch): the pre-MLP norm and the router captured, with the preprocessing if asked;
+  // the dispatch's sync, the experts and the combine eager.
+  Ops router;
+  for (const Module& child : block.children) {
+    if (child.type == "Router") router += tally(child, shape).ops;
+  }
+  mlp += router;
+  Ops rest = whole_block.ops;
+  rest.forward -= router.forward;
+  rest.backward -= router.backward;
+  rest.forward_launches -= router.forward_launches;
+  rest.backward_launches -= router.backward_launches;
+  if (g.has(CudaGraphScope::moe_preprocess) || g.has(CudaGraphScope::layer)) {
+    mlp.forward += kPreprocessOps;
+    rest.forward -= kPreprocessOps;
+  }
+  w += graphed(mlp);
+  w += eager(rest, whole_block.syncs);
+  return w;
+}
+
+void add_host_work(const Module& m, const BatchShape& shape, HostWork& w) {
+  if ((m.type == "DecoderLayer" || m.type == "MoEDecoderLayer") && m.children.size() == 4) {
+    w += layer_host_work(m, shape);
+    return;
+  }
+  w += eager(own_ops(m, shape), own_syncs(m, shape));
+  for (const Module& child : m.children) add_host_work(child, shape, w);
+}
+
 }  // namespace
 
 HostWork host_work(const Module& module, const BatchShape& shape) {
+  const CudaGraphScopes g = shape.cuda_graphs;
+  if (g.has(CudaGraphScope::full_iteration)) {
+    // One graph for every micro-batch's forward and backward: its launch is paid once a
+    // step, its nodes each; a captured step makes no host syncs.
+    const Ops o = tally(module, shape).ops;
+    return {.forward_seconds = (o.forward + o.forward_launches) * kGraphNodeSeconds,
+            .backward_seconds = (o.backward + o.backward_launches) * kGraphNodeSeconds};
+  }
   HostWork w;
-  for_each_module(module, [&](const Module& m) {
-    const Ops o = own_ops(m, shape);
-    w.forward_seconds += o.forward * kHostOpSeconds + o.forward_launches * kHostLaunchSeconds;
-    w.backward_seconds += o.backward * kHostOpSeconds + o.backward_launches * kHostLaunchSeconds;
-    w.forward_syncs += own_syncs(m, shape);
-  });
+  if (!g.any()) {
+    const Tally t = tally(module, shape);
+    return eager(t.ops, t.syncs);
+  }
+  add_host_work(module, shape, w);
   return w;
 }
 

@@ -17,6 +17,11 @@ namespace shardplan {
 // launch on the CPU side (HolisticTraceAnalysis docs, cuda_kernel_launch_stats).
 inline constexpr double kHostOpSeconds = 13.48e-6;
 inline constexpr double kHostLaunchSeconds = 5e-6;
+// A CUDA graph's launch, and each kernel node in it: "a graph replay costing ~15 µs fixed
+// plus ~0.58 µs per node" (ahrefs/ocannl#488, measured; Megatron-LM PR #6453 measures a
+// 0.55 µs dispatch gap inside a graph on GB200).
+inline constexpr double kGraphLaunchSeconds = 15e-6;
+inline constexpr double kGraphNodeSeconds = 0.58e-6;
 
 struct HostWork {
   double forward_seconds = 0;   // one micro-batch's forward, reference host
@@ -26,7 +31,8 @@ struct HostWork {
   int64_t forward_syncs = 0;
 };
 
-// The host work of `module` and its subtree on `shape`'s stack.
+// The host work of `module` and its subtree on `shape`'s stack, with the parts Megatron
+// captures in CUDA graphs (shape.cuda_graphs) replayed.
 HostWork host_work(const Module& module, const BatchShape& shape);
 
 }  // namespace shardplan

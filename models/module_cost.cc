@@ -32,6 +32,15 @@ constexpr NameTable<RecomputeModule, 7> kRecomputeModuleNames = {
      {RecomputeModule::moe, "moe"},
      {RecomputeModule::shared_experts, "shared_experts"}}};
 
+constexpr NameTable<CudaGraphScope, 7> kCudaGraphScopeNames = {
+    {{CudaGraphScope::layer, "layer"},
+     {CudaGraphScope::attn, "attn"},
+     {CudaGraphScope::mlp, "mlp"},
+     {CudaGraphScope::moe, "moe"},
+     {CudaGraphScope::moe_router, "moe_router"},
+     {CudaGraphScope::moe_preprocess, "moe_preprocess"},
+     {CudaGraphScope::full_iteration, "full_iteration"}}};
+
 constexpr NameTable<LossKernel, 3> kLossKernels = {{{LossKernel::upcast, "upcast"},
                                                     {LossKernel::native, "native"},
                                                     {LossKernel::compiled, "compiled"}}};
@@ -99,10 +108,6 @@ std::vector<std::string> stack_names() {
   return names_of(kStackNames);
 }
 
-std::string_view recompute_module_name(RecomputeModule module) {
-  return name_of(kRecomputeModuleNames, module);
-}
-
 std::vector<std::string> recompute_module_names() {
   return names_of(kRecomputeModuleNames);
 }
@@ -135,6 +140,32 @@ std::vector<std::string> recompute_module_list(RecomputeModules modules) {
   std::vector<std::string> out;
   for (const auto& [m, name] : kRecomputeModuleNames) {
     if (modules.has(m)) out.emplace_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> cuda_graph_scope_names() {
+  return names_of(kCudaGraphScopeNames);
+}
+
+CudaGraphScopes parse_cuda_graph_scopes(const std::vector<std::string>& names,
+                                        const std::string& file, const std::string& field) {
+  CudaGraphScopes out;
+  for (const std::string& name : names) {
+    const auto scope = value_of(kCudaGraphScopeNames, name);
+    if (!scope) {
+      throw InputError(file, field,
+                       unknown_name_message("CUDA graph scope", name, cuda_graph_scope_names()));
+    }
+    out.add(*scope);
+  }
+  return out;
+}
+
+std::vector<std::string> cuda_graph_scope_list(CudaGraphScopes scopes) {
+  std::vector<std::string> out;
+  for (const auto& [s, name] : kCudaGraphScopeNames) {
+    if (scopes.has(s)) out.emplace_back(name);
   }
   return out;
 }
@@ -243,12 +274,24 @@ std::vector<GemmShape> forward_gemms(const Module& module, const BatchShape& sha
   return out;
 }
 
+namespace {
+
+// Calls `f` on each of the module's parts in the recompute modules the job lists.
+template <typename F>
+void for_each_listed_drop(const Module& m, const BatchShape& shape, F&& f) {
+  for (const RecomputeDrop& d : m.cost.recompute_drops) {
+    if (shape.recompute_modules.has(d.module)) f(d);
+  }
+}
+
+}  // namespace
+
 bool reruns_selectively(const Module& m, const BatchShape& shape) {
   if (m.cost.selective_recompute && shape.recompute_modules.has(RecomputeModule::core_attn))
     return true;
-  return std::any_of(
-      m.cost.recompute_drops.begin(), m.cost.recompute_drops.end(),
-      [&](const RecomputeDrop& d) { return d.reruns && shape.recompute_modules.has(d.module); });
+  bool reruns = false;
+  for_each_listed_drop(m, shape, [&](const RecomputeDrop& d) { reruns = reruns || d.reruns; });
+  return reruns;
 }
 
 double recompute_flops(const Module& module, const BatchShape& shape, Recompute recompute,
@@ -266,9 +309,8 @@ double recompute_io_bytes(const Module& module, const BatchShape& shape, Recompu
   if (recompute != Recompute::selective) return 0.0;
   return sum_tree(module, 1.0, [&](const Module& m, double s) {
     double elements = 0;
-    for (const RecomputeDrop& d : m.cost.recompute_drops) {
-      if (shape.recompute_modules.has(d.module)) elements += d.rerun_io_elements_per_token;
-    }
+    for_each_listed_drop(
+        m, shape, [&](const RecomputeDrop& d) { elements += d.rerun_io_elements_per_token; });
     // Core attention's re-run is timed as attention FLOPs, as its forward is.
     if (m.cost.kind != ComputeKind::attention && reruns_selectively(m, shape)) {
       elements += m.cost.fwd_io_elements_per_token;
@@ -293,11 +335,12 @@ double saved_bytes(const Module& m, const BatchShape& shape, const Footprint& sa
   if (shape.fp8 && shape.stack == Stack::megatron_te && !m.cost.bf16_under_fp8) {
     const double quantized = std::min(m.cost.saved_gemm_input_per_token.elements, saved.elements);
     bytes -= quantized * (static_cast<double>(shape.activation_bytes) - kFp8SavedBytesPerElement);
-    const bool copy_dropped =
-        selective && std::any_of(m.cost.recompute_drops.begin(), m.cost.recompute_drops.end(),
-                                 [&](const RecomputeDrop& d) {
-                                   return d.drops_fp8_copy && shape.recompute_modules.has(d.module);
-                                 });
+    bool copy_dropped = false;
+    if (selective) {
+      for_each_listed_drop(m, shape, [&](const RecomputeDrop& d) {
+        copy_dropped = copy_dropped || d.drops_fp8_copy;
+      });
+    }
     if (!copy_dropped) bytes += m.cost.fp8_own_copy_per_token.elements * kFp8SavedBytesPerElement;
   }
   return bytes;
@@ -325,9 +368,7 @@ Footprint selective_base(const Module& m, const BatchShape& shape) {
 // capped at what there is.
 Footprint dropped_by_modules(const Module& m, const BatchShape& shape, const Footprint& base) {
   Footprint out;
-  for (const RecomputeDrop& d : m.cost.recompute_drops) {
-    if (shape.recompute_modules.has(d.module)) out += d.dropped;
-  }
+  for_each_listed_drop(m, shape, [&](const RecomputeDrop& d) { out += d.dropped; });
   out.elements = std::min(out.elements, base.elements);
   out.fixed_bytes = std::min(out.fixed_bytes, base.fixed_bytes);
   return out;

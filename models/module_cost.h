@@ -25,7 +25,6 @@ bool recomputes_whole_modules(Recompute recompute);
 Recompute parse_recompute(std::string_view text, const std::string& file, const std::string& field);
 
 // Megatron's recompute module names ("core_attn", "layernorm", ...), in Megatron's order.
-std::string_view recompute_module_name(RecomputeModule module);
 std::vector<std::string> recompute_module_names();
 // A list of names as a set; an unknown name or a module Megatron has and shardplan does
 // not model (gdn_norm_out, mhc, ...) is refused at file/field.
@@ -58,6 +57,42 @@ std::string_view loss_kernel_name(LossKernel k);
 std::optional<LossKernel> parse_loss_kernel(std::string_view text);
 std::vector<std::string> loss_kernel_names();
 
+// The parts of each step a Megatron job captures in CUDA graphs, in Megatron's names
+// (--cuda-graph-impl, --cuda-graph-modules: cuda_graph_config.py, transformer_config.py at
+// Megatron-LM d98e8a6): layer, each layer whole (the per-layer implementations with no
+// module list; a dropless MoE block stays eager, its dispatch syncs with the host);
+// attn, the input norm and attention; mlp, the pre-MLP norm and a dense MLP; moe, the
+// pre-MLP norm and a drop-and-pad MoE block; moe_router, the pre-MLP norm and the router;
+// moe_preprocess, the dispatch's preprocessing (with moe_router); full_iteration, every
+// micro-batch's forward and backward (--cuda-graph-impl full_iteration; no host syncs).
+// A captured part costs the host one graph replay instead of its ops (docs/model.md
+// "Host time").
+enum class CudaGraphScope : uint8_t {
+  layer,
+  attn,
+  mlp,
+  moe,
+  moe_router,
+  moe_preprocess,
+  full_iteration
+};
+
+struct CudaGraphScopes {
+  uint8_t bits = 0;  // eager
+
+  bool has(CudaGraphScope s) const { return (bits >> static_cast<int>(s)) & 1U; }
+  void add(CudaGraphScope s) { bits = static_cast<uint8_t>(bits | (1U << static_cast<int>(s))); }
+  bool any() const { return bits != 0; }
+  bool operator==(const CudaGraphScopes&) const = default;
+};
+
+std::vector<std::string> cuda_graph_scope_names();
+// A list of names as a set; an unknown name is refused at file/field.
+CudaGraphScopes parse_cuda_graph_scopes(const std::vector<std::string>& names,
+                                        const std::string& file, const std::string& field);
+// The set's names in the order above.
+std::vector<std::string> cuda_graph_scope_list(CudaGraphScopes scopes);
+
 // The shape of one micro-batch on one rank. Context parallelism splits each sequence over
 // `context_parallel` ranks: a rank holds seq_len / cp of its tokens, whose queries still
 // attend over all seq_len positions.
@@ -75,6 +110,7 @@ struct BatchShape {
   // What selective recompute re-runs (Megatron's recompute_modules; core_attn alone is
   // the selective recompute of Korthikanti et al.).
   RecomputeModules recompute_modules;
+  CudaGraphScopes cuda_graphs;  // what Megatron captures in CUDA graphs
 
   // Tokens this rank holds.
   int64_t tokens() const { return micro_batch * seq_len / context_parallel; }

@@ -195,6 +195,7 @@ const std::vector<std::string>& fsdp_config_keys() {
                                                 "recompute",
                                                 "recompute_every",
                                                 "recompute_modules",
+                                                "cuda_graphs",
                                                 "micro_batch",
                                                 "grad_accum",
                                                 "seq_len",
@@ -463,6 +464,10 @@ FsdpConfig fsdp_config_from_json(const nlohmann::json& json, const std::string& 
     c.recompute_modules = parse_recompute_modules(r.strings("recompute_modules"), r.file(),
                                                   r.path_of("recompute_modules"));
   }
+  if (r.has("cuda_graphs")) {
+    c.cuda_graphs =
+        parse_cuda_graph_scopes(r.strings("cuda_graphs"), r.file(), r.path_of("cuda_graphs"));
+  }
   c.micro_batch = r.integer_in_or("micro_batch", 1, limits::kMaxTokensPerMicroBatch, c.micro_batch);
   c.grad_accum = r.integer_in_or("grad_accum", 1, limits::kMaxGradAccum, c.grad_accum);
   c.seq_len = r.integer_in_or("seq_len", 1, limits::kMaxTokensPerMicroBatch, c.seq_len);
@@ -566,6 +571,7 @@ nlohmann::json fsdp_config_to_json(const FsdpConfig& c) {
   if (c.recompute == Recompute::selective && c.recompute_modules != RecomputeModules{})
     j["recompute_modules"] = recompute_module_list(c.recompute_modules);
   j["stack"] = stack_name(c.stack);
+  if (c.cuda_graphs.any()) j["cuda_graphs"] = cuda_graph_scope_list(c.cuda_graphs);
   j["micro_batch"] = c.micro_batch;
   j["grad_accum"] = c.grad_accum;
   j["seq_len"] = c.seq_len;
@@ -813,6 +819,60 @@ void check_recompute_modules(const FsdpConfig& c, const ModelSpec& model,
   // --from-megatron refuses what Megatron refuses.
 }
 
+// What Megatron refuses of its CUDA graph settings (transformer_config.py __post_init__ at
+// d98e8a6), and what shardplan does not model.
+void check_cuda_graphs(const FsdpConfig& c, const ModelSpec& model, const std::string& label) {
+  const CudaGraphScopes g = c.cuda_graphs;
+  if (!g.any()) return;
+  const std::string where = "/cuda_graphs";
+  auto refuse = [&](const std::string& why) { throw InputError(label, where, why); };
+  if (c.stack != Stack::megatron_te) {
+    refuse(
+        fmt::format("captures what Megatron's --cuda-graph-impl does; the {} stack's CUDA "
+                    "graphs (torch.compile's reduce-overhead, torchtitan's graph trainer) are "
+                    "not modelled",
+                    stack_name(c.stack)));
+  }
+  const std::vector<std::string> list = cuda_graph_scope_list(g);
+  const bool whole = g.has(CudaGraphScope::layer) || g.has(CudaGraphScope::full_iteration);
+  if (whole && list.size() > 1) {
+    refuse(
+        fmt::format("layer and full_iteration stand alone (the whole layer, the whole step), "
+                    "got {}",
+                    fmt::join(list, ", ")));
+  }
+  if (g.has(CudaGraphScope::full_iteration)) return;
+  if (g.has(CudaGraphScope::moe) && g.has(CudaGraphScope::moe_router))
+    refuse("must not contain both moe and moe_router (Megatron asserts it)");
+  if (g.has(CudaGraphScope::moe_preprocess) && !g.has(CudaGraphScope::moe_router))
+    refuse("moe_preprocess is captured only with moe_router (Megatron asserts it)");
+  const TransformerArch* a = model.arch.get();
+  const bool moe_model = a != nullptr && a->num_experts > 1;
+  if (!moe_model && (g.has(CudaGraphScope::moe) || g.has(CudaGraphScope::moe_router))) {
+    refuse(fmt::format("moe and moe_router capture MoE layers; {} has none", model.name));
+  }
+  const bool dense_layer =
+      a == nullptr || !moe_model ||
+      std::find(a->moe_layers.begin(), a->moe_layers.end(), false) != a->moe_layers.end();
+  if (g.has(CudaGraphScope::mlp) && !dense_layer)
+    refuse(fmt::format("mlp captures dense MLPs; every layer of {} is MoE", model.name));
+  if (g.has(CudaGraphScope::moe) && !c.moe_capacity_factor) {
+    refuse(
+        "moe is captured only for drop-and-pad MoE (Megatron asserts it): set "
+        "moe_capacity_factor");
+  }
+  if (g.has(CudaGraphScope::moe_preprocess) && c.moe_dispatcher == MoeDispatcher::alltoall &&
+      c.moe_capacity_factor) {
+    refuse(
+        "moe_preprocess cannot be captured with the alltoall dispatcher and a capacity "
+        "factor: its preprocessing copies to the host (Megatron asserts it)");
+  }
+  if (c.offload_activations > 0)
+    refuse("per-layer CUDA graphs do not run with activation offload (Megatron raises)");
+  if (c.recompute == Recompute::full)
+    refuse("full recompute runs only with full_iteration CUDA graphs (Megatron asserts it)");
+}
+
 }  // namespace
 
 FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
@@ -830,6 +890,7 @@ FsdpConfig resolve_fsdp_config(const FsdpConfig& config, const ModelSpec& model,
   c.fp8 = fp8_compute(c);
   check_model_parallel(c, model, cluster, label);
   check_recompute_modules(c, model, label);
+  check_cuda_graphs(c, model, label);
   // Megatron-FSDP gathers MXFP8 weights module by module inside a unit (seeds/004, PR
   // #4181); the planner issues one all-gather per parameter group and cannot plan it.
   if (c.fine_grained_param_gather) {

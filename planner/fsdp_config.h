@@ -81,6 +81,9 @@ struct FsdpConfig {
   // selective on megatron-te: what it re-runs (Megatron's --recompute-modules; its default
   // core_attn alone).
   RecomputeModules recompute_modules;
+  // megatron-te: what Megatron captures in CUDA graphs (--cuda-graph-impl and
+  // --cuda-graph-modules; models/module_cost.h CudaGraphScope); none: eager.
+  CudaGraphScopes cuda_graphs;
   int64_t micro_batch = 1;  // sequences per micro-batch
   int64_t grad_accum = 1;   // micro-batches per optimizer step
   int64_t seq_len = 8192;   // tokens per sequence

@@ -37,7 +37,8 @@ inline BatchShape rank_batch_shape(const FsdpConfig& c) {
                     .stack = c.stack,
                     .fused_rms_norm = c.fused_rms_norm,
                     .loss_kernel = c.loss_kernel,
-                    .recompute_modules = c.recompute_modules};
+                    .recompute_modules = c.recompute_modules,
+                    .cuda_graphs = c.cuda_graphs};
 }
 
 }  // namespace shardplan

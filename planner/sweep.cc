@@ -1,6 +1,7 @@
 #include "planner/sweep.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -403,6 +404,8 @@ std::string describe_config(const FsdpConfig& c) {
   if (c.no_sync) text += " no_sync";
   if (c.offload_activations > 0) text += fmt::format(" offload{}", c.offload_activations);
   if (c.allocator != Allocator::caching) text += fmt::format(" {}", allocator_name(c.allocator));
+  if (c.cuda_graphs.any())
+    text += fmt::format(" graphs({})", fmt::join(cuda_graph_scope_list(c.cuda_graphs), "+"));
   return text;
 }
 

@@ -91,6 +91,20 @@ TEST(BridgeConfig, ReadsOverrideLinesAndPresets) {
   EXPECT_TRUE(job.unknown.empty());
 }
 
+// A recipe's CUDA graph fields (Bridge's perf recipes write cuda_graph_scope, the name
+// Megatron-Core still accepts).
+TEST(BridgeConfig, ReadsCudaGraphScopes) {
+  const StackJob job = read_megatron_bridge(
+      write_file("graphs.py",
+                 "cfg.model.num_layers = 2\ncfg.model.hidden_size = 1024\n"
+                 "cfg.model.num_attention_heads = 16\ncfg.model.seq_length = 512\n"
+                 "cfg.train.micro_batch_size = 1\ncfg.tokenizer.vocab_size = 32000\n"
+                 "cfg.model.cuda_graph_impl = \"transformer_engine\"\n"
+                 "cfg.model.cuda_graph_scope = [\"attn\", \"mlp\"]\n"));
+  EXPECT_EQ(job.config["cuda_graphs"], nlohmann::json({"attn", "mlp"}));
+  EXPECT_TRUE(job.unknown.empty());
+}
+
 TEST(BridgeConfig, ErrorsNameTheField) {
   using testing::expect_input_error;
   expect_input_error(

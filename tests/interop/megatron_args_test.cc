@@ -201,6 +201,39 @@ TEST(MegatronArgs, RecomputeModulesAreRead) {
       "--recompute-modules", "refused under FP8 delayed scaling");
 }
 
+// --cuda-graph-impl with --cuda-graph-modules (and their deprecated spellings) as
+// shardplan's cuda_graphs.
+TEST(MegatronArgs, CudaGraphSettingsAreRead) {
+  auto graphs = [](const std::string& extra) {
+    const StackJob job = read_megatron_args(kMinimal + extra);
+    EXPECT_FALSE(contains(job.not_modelled, "cuda-graph")) << extra;
+    return job.config.value("cuda_graphs", nlohmann::json());
+  };
+  EXPECT_EQ(graphs("--cuda-graph-impl transformer_engine --cuda-graph-modules attn moe_router "
+                   "moe_preprocess"),
+            nlohmann::json({"attn", "moe_router", "moe_preprocess"}));
+  EXPECT_EQ(graphs("--cuda-graph-impl local"), nlohmann::json({"layer"}));
+  EXPECT_EQ(graphs("--cuda-graph-impl full_iteration"), nlohmann::json({"full_iteration"}));
+  EXPECT_EQ(graphs("--enable-cuda-graph"), nlohmann::json({"layer"}));
+  EXPECT_EQ(graphs("--external-cuda-graph --cuda-graph-scope attn,mlp"),
+            nlohmann::json({"attn", "mlp"}));
+  EXPECT_EQ(graphs("--cuda-graph-impl local --cuda-graph-scope full_iteration"),
+            nlohmann::json({"full_iteration"}));
+  // Without an implementation the list has no effect, as in Megatron.
+  EXPECT_TRUE(graphs("--cuda-graph-modules attn").is_null());
+  testing::expect_input_error(
+      [] {
+        read_megatron_args(kMinimal +
+                           "--cuda-graph-impl transformer_engine --cuda-graph-modules mamba");
+      },
+      "--cuda-graph-modules", "Mamba");
+  testing::expect_input_error(
+      [] {
+        read_megatron_args(kMinimal + "--cuda-graph-impl full_iteration --cuda-graph-modules attn");
+      },
+      "--cuda-graph-modules", "must be empty");
+}
+
 TEST(MegatronArgs, RecomputeAndPrecisionChoices) {
   StackJob job = read_megatron_args(kMinimal +
                                     "--recompute-granularity full --recompute-method block "

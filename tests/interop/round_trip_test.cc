@@ -150,6 +150,18 @@ std::vector<Case> cases() {
                     {"fp8", true},
                     {"recompute", "selective"},
                     {"recompute_modules", {"layernorm", "moe_act"}}}});
+    out.push_back({n + "_qwen3_moe_cuda_graphs",
+                   f,
+                   "qwen3-30b-a3b",
+                   8,
+                   {{"ep", 8},
+                    {"moe_dispatcher", "alltoall"},
+                    {"cuda_graphs", {"attn", "moe_router", "moe_preprocess"}}}});
+    out.push_back({n + "_llama_full_iteration_graph",
+                   f,
+                   "llama3-8b",
+                   8,
+                   {{"sharding_strategy", "optim"}, {"cuda_graphs", {"full_iteration"}}}});
     out.push_back({n + "_deepseek16b_ep8_hybridep",
                    f,
                    "deepseek-v3-16b",

@@ -105,3 +105,79 @@ TEST(HostWork, DroplessDispatchSyncsOnceCapacityPaddedDoesNot) {
 
 }  // namespace
 }  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// A part Megatron captures costs one call of the graphed callable, one graph launch and
+// 0.58 µs per kernel node, forward and backward alike.
+double replay(double kernels) {
+  return kHostOpSeconds + kGraphLaunchSeconds + kernels * kGraphNodeSeconds;
+}
+
+BatchShape graphed(std::initializer_list<CudaGraphScope> scopes) {
+  BatchShape s{.micro_batch = 1, .seq_len = 128, .stack = Stack::megatron_te};
+  for (CudaGraphScope g : scopes) s.cuda_graphs.add(g);
+  return s;
+}
+
+TEST(HostWorkGraphs, AttnCapturesTheNormAttentionAndItsResidual) {
+  const ModelSpec model = build_transformer(dense_arch(), "dense", "test", {});
+  const Module& l = layer(model);
+  // Forward: the attention part (input norm 1, qkv 1, attention 3, o 1, residual 1 = 7
+  // kernels) replayed, the MLP part (norm 1, fc1 1, SwiGLU 1, down 1, residual 1) eager.
+  const HostWork attn = host_work(l, graphed({CudaGraphScope::attn}));
+  EXPECT_NEAR(attn.forward_seconds, replay(7) + 5 * kHostOpSeconds, 1e-15);
+  // Backward: 2 + 2 + 3 + 2 + 1 = 10 replayed; 2 + 2 + 1 + 2 + 1 = 8 eager.
+  EXPECT_NEAR(attn.backward_seconds, replay(10) + 8 * kHostOpSeconds, 1e-15);
+  // The whole layer, and attn with mlp, are two replays.
+  const HostWork whole = host_work(l, graphed({CudaGraphScope::layer}));
+  EXPECT_NEAR(whole.forward_seconds, replay(7) + replay(5), 1e-15);
+  EXPECT_NEAR(host_work(l, graphed({CudaGraphScope::attn, CudaGraphScope::mlp})).forward_seconds,
+              whole.forward_seconds, 1e-15);
+  // The whole step: nodes only.
+  EXPECT_NEAR(host_work(l, graphed({CudaGraphScope::full_iteration})).forward_seconds,
+              12 * kGraphNodeSeconds, 1e-15);
+}
+
+TEST(HostWorkGraphs, ADroplessMoeBlockStaysEagerWithItsSync) {
+  const ModelSpec dropless = build_transformer(moe_arch(), "moe", "test", {.ep = 4});
+  const Module& l = layer(dropless);
+  const HostWork eager = host_work(l, on(Stack::megatron_te));
+  // layer: attention captured; the norm, router and preprocessing captured; the dispatch's
+  // sync and the experts eager.
+  const HostWork whole = host_work(l, graphed({CudaGraphScope::layer}));
+  EXPECT_EQ(whole.forward_syncs, 1);
+  EXPECT_LT(whole.forward_seconds, eager.forward_seconds);
+  EXPECT_EQ(host_work(l, graphed({CudaGraphScope::attn, CudaGraphScope::moe_router,
+                                  CudaGraphScope::moe_preprocess}))
+                .forward_seconds,
+            whole.forward_seconds);
+  // moe_router alone leaves the preprocessing's 4 ops eager.
+  EXPECT_NEAR(
+      host_work(l, graphed({CudaGraphScope::attn, CudaGraphScope::moe_router})).forward_seconds -
+          whole.forward_seconds,
+      4 * kHostOpSeconds - 4 * kGraphNodeSeconds, 1e-15);
+  // full_iteration: a captured step makes no host syncs.
+  EXPECT_EQ(host_work(l, graphed({CudaGraphScope::full_iteration})).forward_syncs, 0);
+}
+
+TEST(HostWorkGraphs, ADropAndPadMoeBlockIsCapturedWhole) {
+  ModelParallel capped{.ep = 4};
+  capped.moe_capacity_factor = 1.0;
+  const ModelSpec padded = build_transformer(moe_arch(), "moe", "test", capped);
+  const Module& l = layer(padded);
+  const HostWork moe = host_work(l, graphed({CudaGraphScope::attn, CudaGraphScope::moe}));
+  EXPECT_EQ(moe.forward_syncs, 0);
+  // Two replays forward whatever the experts, the attention part and the whole MLP part,
+  // each a call, a launch and its nodes: fewer nodes than the eager seconds ÷ 5 µs (the
+  // cheapest eager launch).
+  const HostWork eager = host_work(l, on(Stack::megatron_te));
+  const double nodes_at_most = eager.forward_seconds / kHostLaunchSeconds;
+  EXPECT_LE(moe.forward_seconds,
+            2 * (kHostOpSeconds + kGraphLaunchSeconds) + nodes_at_most * kGraphNodeSeconds);
+  EXPECT_EQ(host_work(l, graphed({CudaGraphScope::layer})).forward_seconds, moe.forward_seconds);
+}
+
+}  // namespace
+}  // namespace shardplan

@@ -4,6 +4,7 @@
 
 #include "models/error.h"
 #include "models/zoo.h"
+#include "planner/sweep.h"
 
 namespace shardplan {
 namespace {
@@ -442,6 +443,67 @@ TEST(ResolveConfig, SequenceLongerThanLearnedPositions) {
   FsdpConfig short_seq;
   short_seq.seq_len = 2048;
   EXPECT_NO_THROW(resolve_fsdp_config(short_seq, gpt3, h100_nodes(1), "cfg"));
+}
+
+}  // namespace
+}  // namespace shardplan
+
+namespace shardplan {
+namespace {
+
+// Megatron's CUDA graph settings (transformer_config.py at d98e8a6): kept through a round
+// trip and named in tables; what Megatron asserts is refused with its reason.
+TEST(ResolveConfig, CudaGraphScopesFollowMegatronsRules) {
+  using json = nlohmann::json;
+  const FsdpConfig c = fsdp_config_from_json({{"cuda_graphs", {"moe_router", "attn"}}}, "cfg");
+  EXPECT_EQ(fsdp_config_to_json(c)["cuda_graphs"], json({"attn", "moe_router"}));
+  EXPECT_FALSE(fsdp_config_to_json(FsdpConfig{}).contains("cuda_graphs"));
+  EXPECT_NE(describe_config(c).find("graphs(attn+moe_router)"), std::string::npos)
+      << describe_config(c);
+  EXPECT_NO_THROW(resolve_fsdp_config(c, load_model("tiny-moe"), h100_nodes(1), "cfg"));
+  struct Refused {
+    const char* model;
+    json config;
+    const char* reason;
+  };
+  const std::vector<Refused> refused = {
+      {"tiny", {{"cuda_graphs", {"attn"}}, {"stack", "torch-compile"}}, "not modelled"},
+      {"tiny", {{"cuda_graphs", {"layer", "attn"}}}, "stand alone"},
+      {"tiny", {{"cuda_graphs", {"full_iteration", "attn"}}}, "stand alone"},
+      {"tiny-moe", {{"cuda_graphs", {"moe", "moe_router"}}}, "both moe and moe_router"},
+      {"tiny-moe", {{"cuda_graphs", {"moe_preprocess"}}}, "only with moe_router"},
+      {"tiny", {{"cuda_graphs", {"moe_router"}}}, "has none"},
+      {"tiny-moe", {{"cuda_graphs", {"mlp"}}}, "every layer of tiny-moe is MoE"},
+      {"tiny-moe", {{"cuda_graphs", {"moe"}}}, "drop-and-pad"},
+      {"tiny-moe",
+       {{"cuda_graphs", {"moe_router", "moe_preprocess"}},
+        {"moe_dispatcher", "alltoall"},
+        {"moe_capacity_factor", 1.0}},
+       "copies to the host"},
+      {"tiny", {{"cuda_graphs", {"attn"}}, {"recompute", "full"}}, "full_iteration"},
+  };
+  for (const Refused& r : refused) {
+    try {
+      resolve_fsdp_config(fsdp_config_from_json(r.config, "cfg"), load_model(r.model),
+                          h100_nodes(1), "cfg");
+      ADD_FAILURE() << r.config.dump();
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "/cuda_graphs") << e.what();
+      EXPECT_NE(e.reason().find(r.reason), std::string::npos) << e.what();
+    }
+  }
+  // An unknown scope names the nearest.
+  try {
+    fsdp_config_from_json({{"cuda_graphs", {"atn"}}}, "cfg");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "/cuda_graphs");
+    EXPECT_NE(e.reason().find("did you mean 'attn'"), std::string::npos) << e.what();
+  }
+  // full recompute runs with full-iteration graphs.
+  EXPECT_NO_THROW(resolve_fsdp_config(
+      fsdp_config_from_json({{"cuda_graphs", {"full_iteration"}}, {"recompute", "full"}}, "cfg"),
+      load_model("tiny"), h100_nodes(1), "cfg"));
 }
 
 }  // namespace
