@@ -316,15 +316,36 @@ void read_cuda_graphs(ArgReader& r, nlohmann::json& c) {
       }
     }
   }
-  if (impl == "none") return;  // the module list has no effect (Megatron warns)
-  if (impl != "local" && impl != "transformer_engine" && impl != "full_iteration") {
+  if (impl != "none" && impl != "local" && impl != "transformer_engine" &&
+      impl != "full_iteration") {
     r.fail("cuda_graph_impl",
            fmt::format("{} is not none, local, transformer_engine or full_iteration",
                        quote_input(impl)));
   }
-  // "full_iteration" as a module is the deprecated spelling of the implementation; "full"
-  // of the whole layer (cuda_graph_config.py).
-  if (modules == std::vector<std::string>{"full_iteration"}) impl = "full_iteration";
+  // "full_iteration" as a module is the deprecated spelling of the implementation, also
+  // under impl none; Megatron refuses it beside transformer_engine or other modules
+  // (cuda_graph_config.py). "full" is the whole layer.
+  if (std::find(modules.begin(), modules.end(), "full_iteration") != modules.end()) {
+    if (modules.size() > 1)
+      r.fail(given, "full_iteration cannot be combined with other modules (Megatron asserts it)");
+    if (impl == "transformer_engine") {
+      r.fail(given,
+             "full_iteration cannot be combined with --cuda-graph-impl transformer_engine "
+             "(Megatron asserts it)");
+    }
+    impl = "full_iteration";
+  }
+  if (impl == "none") return;  // the module list has no effect (Megatron warns)
+  // The local implementation does not tell the router's graph from the preprocessing's:
+  // either captures both (transformer_config.py).
+  if (impl == "local") {
+    const auto listed = [&](const char* m) {
+      return std::find(modules.begin(), modules.end(), m) != modules.end();
+    };
+    const bool router = listed("moe_router"), pre = listed("moe_preprocess");
+    if (router && !pre) modules.push_back("moe_preprocess");
+    if (pre && !router) modules.push_back("moe_router");
+  }
   if (impl == "full_iteration") {
     if (!modules.empty() && modules != std::vector<std::string>{"full_iteration"}) {
       r.fail(given, "must be empty with --cuda-graph-impl full_iteration (Megatron asserts it)");

@@ -197,11 +197,13 @@ HostWork layer_host_work(const Module& layer, const BatchShape& shape) {
     return w;
   }
   // moe_router (and a dropless block under layer, which Megatron graphs up to its
-  // dispatch): the pre-MLP norm and the router captured, with the preprocessing if asked;
-  // the dispatch's sync, the experts and the combine eager.
+  // dispatch): the pre-MLP norm, the router and the shared experts captured, with the
+  // preprocessing if asked; the dispatch's sync, the routed experts and the combine eager.
+  // Megatron runs the shared experts inside the router's graph when they are not
+  // overlapped with the dispatch (moe_shared_expert_overlap, not modelled).
   Ops router;
   for (const Module& child : block.children) {
-    if (child.type == "Router") router += tally(child, shape).ops;
+    if (child.type == "Router" || child.type == "SharedExpert") router += tally(child, shape).ops;
   }
   mlp += router;
   Ops rest = whole_block.ops;

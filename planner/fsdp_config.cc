@@ -861,11 +861,13 @@ void check_cuda_graphs(const FsdpConfig& c, const ModelSpec& model, const std::s
         "moe is captured only for drop-and-pad MoE (Megatron asserts it): set "
         "moe_capacity_factor");
   }
-  if (g.has(CudaGraphScope::moe_preprocess) && c.moe_dispatcher == MoeDispatcher::alltoall &&
-      c.moe_capacity_factor) {
+  // (Megatron also refuses moe_preprocess where a capacity factor drops without padding
+  // under the alltoall dispatcher; shardplan's capacity factor is padded.)
+  if (c.recompute == Recompute::selective && c.recompute_modules.has(RecomputeModule::moe) &&
+      g.has(CudaGraphScope::moe_router)) {
     refuse(
-        "moe_preprocess cannot be captured with the alltoall dispatcher and a capacity "
-        "factor: its preprocessing copies to the host (Megatron asserts it)");
+        "moe recompute is not supported with the moe_router CUDA graph (Megatron asserts it "
+        "for --cuda-graph-impl transformer_engine)");
   }
   if (c.offload_activations > 0)
     refuse("per-layer CUDA graphs do not run with activation offload (Megatron raises)");

@@ -398,6 +398,17 @@ std::optional<PlanError> check_compute_op(const Plan& plan, const PlanOp& op) {
     return inconsistent(op, fmt::format("moves {} bytes; its segment {} '{}' moves {}{}", op.bytes,
                                         s.id, s.label, backward ? "at least " : "", traffic));
   }
+  const double host = backward ? s.backward_host_seconds : s.forward_host_seconds;
+  if (!same(op.host_seconds, host)) {
+    return inconsistent(op, fmt::format("takes the host {} s to issue; its segment {} '{}' {}",
+                                        op.host_seconds, s.id, s.label, host));
+  }
+  // A host sync belongs to a forward (or its re-run) whose segment syncs; the schedule
+  // puts it on the segment's first op, which may be a collective before it.
+  if (op.host_sync && (backward || !s.host_sync)) {
+    return inconsistent(op, fmt::format("syncs the host, but its segment {} '{}' {}", s.id, s.label,
+                                        backward ? "syncs in forward only" : "does not"));
+  }
   return std::nullopt;
 }
 

@@ -19,8 +19,13 @@ class Emitter {
 
   int64_t op(PlanOp o) {
     o.id = static_cast<int64_t>(plan_.ops.size());
-    // The host issues each collective as one op (c10d's call, NCCL's launch).
-    if (is_collective(o.kind)) o.host_seconds = kHostOpSeconds;
+    // The host issues each collective as one op (c10d's call, NCCL's launch); inside a
+    // full-iteration CUDA graph as one node of it.
+    if (is_collective(o.kind)) {
+      o.host_seconds = plan_.config.cuda_graphs.has(CudaGraphScope::full_iteration)
+                           ? kGraphNodeSeconds
+                           : kHostOpSeconds;
+    }
     std::sort(o.deps.begin(), o.deps.end());
     o.deps.erase(std::unique(o.deps.begin(), o.deps.end()), o.deps.end());
     for (int64_t b : o.reads) touch(b, o.id);

@@ -11,12 +11,24 @@
 namespace shardplan {
 namespace {
 
-TimelineSummary simulate_with(const ModelSpec& model, const ClusterSpec& cluster, FsdpConfig config,
-                              int64_t micro_batches) {
+struct Simulated {
+  TimelineSummary summary;
+  double host_per_micro_batch = 0;  // CPU seconds issuing one micro-batch's compute ops
+};
+
+Simulated simulate_with(const ModelSpec& model, const ClusterSpec& cluster, FsdpConfig config,
+                        int64_t micro_batches) {
   config.grad_accum = micro_batches;
   const std::unique_ptr<OffsetAssigner> online =
       config.allocator != Allocator::pool ? make_online_assigner() : nullptr;
-  return simulate(build_plan(model, cluster, config, online.get()), cluster).summary;
+  const Plan plan = build_plan(model, cluster, config, online.get());
+  double host = 0;
+  for (const PlanOp& op : plan.ops) {
+    if (op.kind == OpKind::forward || op.kind == OpKind::backward || op.kind == OpKind::recompute)
+      host += op.host_seconds;
+  }
+  return {simulate(plan, cluster).summary,
+          host * cluster.host_cpu.time_scale / static_cast<double>(micro_batches)};
 }
 
 }  // namespace
@@ -24,9 +36,11 @@ TimelineSummary simulate_with(const ModelSpec& model, const ClusterSpec& cluster
 TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
                              const FsdpConfig& resolved) {
   const int64_t g = resolved.grad_accum;
-  if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g);
-  const TimelineSummary a = simulate_with(model, cluster, resolved, 2);
-  const TimelineSummary b = simulate_with(model, cluster, resolved, 3);
+  if (g <= kDirectMicroBatches) return simulate_with(model, cluster, resolved, g).summary;
+  const Simulated two = simulate_with(model, cluster, resolved, 2);
+  const Simulated three = simulate_with(model, cluster, resolved, 3);
+  const TimelineSummary& a = two.summary;
+  const TimelineSummary& b = three.summary;
   const double more = static_cast<double>(g - 3);
   auto extend = [&](double x2, double x3) { return x3 + more * (x3 - x2); };
   TimelineSummary s = b;
@@ -49,6 +63,14 @@ TimelineSummary predict_step(const ModelSpec& model, const ClusterSpec& cluster,
   p.model_parallel = extend(p2.model_parallel, p3.model_parallel);
   p.offload = extend(p2.offload, p3.offload);
   p.host = extend(p2.host, p3.host);
+  // The host may run ahead of the GPU over two or three micro-batches and fall behind over
+  // more: the step is at least every micro-batch's compute ops issued one after another.
+  const double host_floor = static_cast<double>(g) * three.host_per_micro_batch;
+  if (host_floor > s.step_seconds) {
+    s.host_wait_seconds += host_floor - s.step_seconds;
+    s.critical_path.host += host_floor - s.step_seconds;
+    s.step_seconds = host_floor;
+  }
   // Tokens and model FLOPs grow with the micro-batches exactly; executed FLOPs (the
   // optimizer's included) linearly.
   const double tokens_ratio = static_cast<double>(g) / 3.0 * b.step_seconds / s.step_seconds;

@@ -92,10 +92,13 @@ class Host {
   double clock_ = 0;
 };
 
-// Runs the event loop; fills start and end per op. Returns the time the compute stream's
-// ops waited for the host: started after their inputs were ready, or ended after their work.
+// Runs the event loop; fills start and end per op, and per op the time it ran on after its
+// work, waiting for the host to issue the rest of it (`stretch`). Returns the time the
+// compute stream's ops waited for the host: started after their inputs were ready, or
+// ended after their work.
 double run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
-                  std::vector<double>& start, std::vector<double>& end) {
+                  std::vector<double>& start, std::vector<double>& end,
+                  std::vector<double>& stretch) {
   const auto n = plan.ops.size();
   std::vector<OpCost> cost(n);
   GemmRateCache gemm_rates;
@@ -197,8 +200,8 @@ double run_events(const Plan& plan, const ClusterSpec& cluster, const Graph& g,
       const auto i = static_cast<std::size_t>(id);
       end[i] = now;
       ended[i] = 1;
-      if (plan.ops[i].stream == Stream::compute && work_done_at[i] >= 0)
-        host_wait += now - work_done_at[i];
+      if (work_done_at[i] >= 0) stretch[i] = now - work_done_at[i];
+      if (plan.ops[i].stream == Stream::compute) host_wait += stretch[i];
       ++done;
       std::erase_if(running, [&](const Running& r) { return r.op == id; });
       for (auto [e, last] = boost::out_edges(i, g); e != last; ++e) {
@@ -304,8 +307,8 @@ double model_flops_utilization(const Plan& plan, double step_seconds, const Clus
 Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   const auto n = plan.ops.size();
   const Graph g = op_graph(plan);
-  std::vector<double> start(n, 0), end(n, 0);
-  const double host_wait = run_events(plan, cluster, g, start, end);
+  std::vector<double> start(n, 0), end(n, 0), stretch(n, 0);
+  const double host_wait = run_events(plan, cluster, g, start, end, stretch);
 
   Timeline t = plan_timeline(plan, "predicted", std::string(allocator_name(plan.config.allocator)),
                              start, end);
@@ -322,10 +325,12 @@ Timeline simulate(const Plan& plan, const ClusterSpec& cluster) {
   double path_end = 0;  // where the path's previous op ended
   for (int64_t id : t.critical_path) {
     const PlanOp& op = plan.ops[static_cast<std::size_t>(id)];
-    const double d = end[static_cast<std::size_t>(id)] - start[static_cast<std::size_t>(id)];
+    const auto i = static_cast<std::size_t>(id);
+    // The host's part of the path: an op that started after the one it waited for had
+    // ended, or ran on after its work, waited for the host.
+    const double d = end[i] - start[i] - stretch[i];
     PathBreakdown& p = s.critical_path;
-    // An op that started after the one it waited for had ended waited for the host.
-    p.host += std::max(start[static_cast<std::size_t>(id)] - path_end, 0.0);
+    p.host += std::max(start[i] - path_end, 0.0) + stretch[i];
     path_end = end[static_cast<std::size_t>(id)];
     switch (op.stream) {
       case Stream::tp:

@@ -219,8 +219,20 @@ TEST(MegatronArgs, CudaGraphSettingsAreRead) {
             nlohmann::json({"attn", "mlp"}));
   EXPECT_EQ(graphs("--cuda-graph-impl local --cuda-graph-scope full_iteration"),
             nlohmann::json({"full_iteration"}));
-  // Without an implementation the list has no effect, as in Megatron.
+  // Without an implementation the list has no effect, as in Megatron, except the deprecated
+  // full_iteration module, which sets the implementation.
   EXPECT_TRUE(graphs("--cuda-graph-modules attn").is_null());
+  EXPECT_EQ(graphs("--cuda-graph-modules full_iteration"), nlohmann::json({"full_iteration"}));
+  // The local implementation captures the router and the preprocessing together.
+  EXPECT_EQ(graphs("--cuda-graph-impl local --cuda-graph-modules attn moe_router"),
+            nlohmann::json({"attn", "moe_router", "moe_preprocess"}));
+  testing::expect_input_error(
+      [] {
+        read_megatron_args(kMinimal +
+                           "--cuda-graph-impl transformer_engine --cuda-graph-modules "
+                           "full_iteration");
+      },
+      "--cuda-graph-modules", "transformer_engine");
   testing::expect_input_error(
       [] {
         read_megatron_args(kMinimal +

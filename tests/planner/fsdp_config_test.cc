@@ -476,10 +476,10 @@ TEST(ResolveConfig, CudaGraphScopesFollowMegatronsRules) {
       {"tiny-moe", {{"cuda_graphs", {"mlp"}}}, "every layer of tiny-moe is MoE"},
       {"tiny-moe", {{"cuda_graphs", {"moe"}}}, "drop-and-pad"},
       {"tiny-moe",
-       {{"cuda_graphs", {"moe_router", "moe_preprocess"}},
-        {"moe_dispatcher", "alltoall"},
-        {"moe_capacity_factor", 1.0}},
-       "copies to the host"},
+       {{"cuda_graphs", {"moe_router"}},
+        {"recompute", "selective"},
+        {"recompute_modules", {"moe"}}},
+       "moe recompute"},
       {"tiny", {{"cuda_graphs", {"attn"}}, {"recompute", "full"}}, "full_iteration"},
   };
   for (const Refused& r : refused) {
@@ -500,6 +500,14 @@ TEST(ResolveConfig, CudaGraphScopesFollowMegatronsRules) {
     EXPECT_EQ(e.field(), "/cuda_graphs");
     EXPECT_NE(e.reason().find("did you mean 'attn'"), std::string::npos) << e.what();
   }
+  // A capacity factor is padded: the preprocessing is captured (Megatron refuses it only
+  // when tokens drop without padding).
+  EXPECT_NO_THROW(
+      resolve_fsdp_config(fsdp_config_from_json({{"cuda_graphs", {"moe_router", "moe_preprocess"}},
+                                                 {"moe_dispatcher", "alltoall"},
+                                                 {"moe_capacity_factor", 1.0}},
+                                                "cfg"),
+                          load_model("tiny-moe"), h100_nodes(1), "cfg"));
   // full recompute runs with full-iteration graphs.
   EXPECT_NO_THROW(resolve_fsdp_config(
       fsdp_config_from_json({{"cuda_graphs", {"full_iteration"}}, {"recompute", "full"}}, "cfg"),

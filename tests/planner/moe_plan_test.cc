@@ -501,6 +501,23 @@ TEST(MoePlan, DroplessLayersSyncTheHostBeforeTheirDispatch) {
   const Plan dropping = build_plan(model, cluster, resolved(model, cluster, padded));
   for (const PlanOp& op : dropping.ops) EXPECT_FALSE(op.host_sync) << op.name;
 
+  // The validator holds each compute op's host figures to its segment's.
+  Plan tampered = plan;
+  tampered.ops[static_cast<std::size_t>(fwd.id)].host_seconds *= 2;
+  const auto doubled = validate_plan(tampered);
+  ASSERT_TRUE(doubled.has_value());
+  EXPECT_NE(doubled->message.find("takes the host"), std::string::npos) << doubled->message;
+  Plan backward_sync = plan;
+  for (PlanOp& op : backward_sync.ops) {
+    if (op.kind == OpKind::backward) {
+      op.host_sync = true;
+      break;
+    }
+  }
+  const auto synced = validate_plan(backward_sync);
+  ASSERT_TRUE(synced.has_value());
+  EXPECT_NE(synced->message.find("syncs in forward only"), std::string::npos) << synced->message;
+
   nlohmann::json bad = plan_to_json(plan);
   bad["ops"][0]["host_seconds"] = -1.0;
   testing::expect_input_error([&] { plan_from_json(bad, "plan.json"); }, "/ops/0/host_seconds", "",

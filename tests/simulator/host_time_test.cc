@@ -65,8 +65,11 @@ TEST(HostTime, ASlowerHostSetsThePace) {
   ASSERT_EQ(t.ops.size(), 3u);
   EXPECT_DOUBLE_EQ(t.ops[1].start, 2.0);  // the host starts issuing op 1 at 2
   EXPECT_DOUBLE_EQ(t.ops[2].end, 6.0);
-  // Each op ran 1 s and waited 1 s for the rest of its kernels: 3 s in all.
+  // Each op ran 1 s and waited 1 s for the rest of its kernels: 3 s in all, on the
+  // critical path as the host's.
   EXPECT_DOUBLE_EQ(t.summary.host_wait_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(t.summary.critical_path.host, 3.0);
+  EXPECT_DOUBLE_EQ(t.summary.critical_path.compute, 3.0);
 }
 
 TEST(HostTime, AGraceHostTakesItsTimeScale) {

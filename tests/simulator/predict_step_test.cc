@@ -69,5 +69,46 @@ TEST(PredictStep, ExtendedStepMatchesTheWholeSimulation) {
   }
 }
 
+// On a Grace host (2.75 times the reference's CPU time per op) the host and the GPU are
+// close, and the host may run ahead over two or three micro-batches and fall behind over
+// more: the extension keeps to the whole simulation and never under the host's own time.
+TEST(PredictStep, AHostBoundStepIsNotExtendedBelowTheHostsTime) {
+  const Case cases[] = {
+      {"llama3-8b", 1, {{"tp", 4}, {"micro_batch", 1}, {"seq_len", 2048}}},
+      {"llama3-8b", 1, {{"tp", 2}, {"micro_batch", 1}, {"seq_len", 4096}}},
+      {"llama3-8b", 1, {{"tp", 8}, {"micro_batch", 2}, {"seq_len", 8192}}},
+      {"qwen3-30b-a3b",
+       1,
+       {{"ep", 8}, {"moe_dispatcher", "alltoall"}, {"micro_batch", 1}, {"seq_len", 4096}}},
+  };
+  for (const Case& c : cases) {
+    for (const int64_t g : {7, 16, 48}) {
+      const ModelSpec model = load_model(c.model);
+      const ClusterSpec cluster = load_cluster("gb200-nvl72", std::nullopt, 8);
+      nlohmann::json json = c.config;
+      json["grad_accum"] = g;
+      json["sharding_strategy"] = "optim";
+      const FsdpConfig config =
+          resolve_fsdp_config(fsdp_config_from_json(json, "t"), model, cluster, "t");
+      const std::string label = json.dump();
+      const Plan one = build_plan(model, cluster, [&] {
+        FsdpConfig single = config;
+        single.grad_accum = 1;
+        return single;
+      }());
+      double host = 0;
+      for (const PlanOp& op : one.ops) {
+        if (op.kind == OpKind::forward || op.kind == OpKind::backward) host += op.host_seconds;
+      }
+      host *= cluster.host_cpu.time_scale;
+      const TimelineSummary whole = simulate(build_plan(model, cluster, config), cluster).summary;
+      const TimelineSummary fast = predict_step(model, cluster, config);
+      EXPECT_GE(whole.step_seconds, static_cast<double>(g) * host * (1 - 1e-12)) << label;
+      EXPECT_GE(fast.step_seconds, static_cast<double>(g) * host * (1 - 1e-12)) << label;
+      EXPECT_NEAR(fast.step_seconds, whole.step_seconds, 0.01 * whole.step_seconds) << label;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardplan
